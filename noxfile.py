@@ -1,0 +1,60 @@
+"""Development sessions: tests, lint, typecheck, proto, bench and the real-peer builds.
+
+Each helper session that builds a Go peer (NRI harness, kube-apiserver, helm) caches its
+binaries outside the repository, under $NRI_RESMGR_CACHE (default ~/.cache/nri-resmgr).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.reuse_existing_virtualenvs = True
+
+ROOT = Path(__file__).parent
+CACHE = Path(os.environ.get("NRI_RESMGR_CACHE", Path.home() / ".cache" / "nri-resmgr"))
+PYTHON = "3.11"
+
+
+def install_project(session: nox.Session, *extras: str) -> None:
+    spec = f".[{','.join(extras)}]" if extras else "."
+    session.install("-e", spec)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Unit and integration tests (integration tests build their Go peers first)."""
+    install_project(session, "test")
+    env = {"NRI_RESMGR_CACHE": str(CACHE)}
+    session.run("pytest", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    install_project(session, "lint")
+    session.run("ruff", "check", "nri_resmgr", "tests", "tools", "noxfile.py")
+    session.run("ruff", "format", "--check", "nri_resmgr", "tests", "tools", "noxfile.py")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    install_project(session, "lint", "test")
+    session.run("mypy", "nri_resmgr")
+
+
+@nox.session(python=PYTHON)
+def proto(session: nox.Session) -> None:
+    """Regenerate nri_resmgr/_gen from proto/ (betterproto, pinned compiler)."""
+    install_project(session, "proto")
+    session.run("python", "tools/genproto.py")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks; prints a table and writes bench-results/*.json."""
+    install_project(session, "test")
+    session.run("python", "-m", "tests.bench", *session.posargs,
+                env={"NRI_RESMGR_CACHE": str(CACHE)})

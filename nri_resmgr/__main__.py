@@ -1,0 +1,28 @@
+"""``python -m nri_resmgr`` and the ``nri-resmgr`` console script."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+from nri_resmgr.cli import UsageError, parse_options
+from nri_resmgr.log import setup_logging
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        options = parse_options(args)
+    except UsageError as exc:
+        print(f"nri-resmgr: error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(options.log_level)
+    from nri_resmgr import app
+
+    logging.getLogger("nri_resmgr").debug("options: %s", options)
+    return app.main(options)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

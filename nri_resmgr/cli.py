@@ -1,0 +1,156 @@
+"""Command line: the flags users of the Go nri-plugins know, plus a few of our own."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from nri_resmgr import __version__
+
+DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"
+DEFAULT_PLUGIN_NAME = "resource-manager"
+DEFAULT_PLUGIN_INDEX = "90"
+DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
+POLICY_NAMES = ("topology-aware", "balloons", "template")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+_PLUGIN_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
+_PLUGIN_INDEX = re.compile(r"^[0-9]{2}$")
+
+
+@attrs.frozen
+class Options:
+    config_file: str | None = None
+    kubeconfig: str = ""
+    config_namespace: str = "kube-system"
+    config_group_label: str = "config.nri/group"
+    policy: str | None = None
+    nri_socket: str = DEFAULT_NRI_SOCKET
+    nri_plugin_name: str = DEFAULT_PLUGIN_NAME
+    nri_plugin_index: str = DEFAULT_PLUGIN_INDEX
+    host_root: str = ""
+    node_name: str = ""
+    log_level: str = "info"
+    kubelet_plugins_dir: str = DEFAULT_PLUGINS_DIR
+    kubelet_registry_dir: str = DEFAULT_REGISTRY_DIR
+    shutdown_grace: float = 10.0
+
+    @property
+    def has_cluster_access(self) -> bool:
+        """A local config file means no cluster access at all, as in nri-plugins."""
+        return self.config_file is None
+
+
+class UsageError(Exception):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nri-resmgr",
+        description="Node resource manager for Kubernetes: NRI plugin and DRA driver.",
+    )
+    p.add_argument("--version", action="version", version=f"nri-resmgr {__version__}")
+    p.add_argument(
+        "--config-file",
+        metavar="PATH",
+        help="policy configuration from a local YAML file (a policy CR document); "
+        "the daemon then has no cluster access",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default="",
+        metavar="PATH",
+        help="kubeconfig for cluster access (empty: in-cluster config)",
+    )
+    p.add_argument(
+        "--config-namespace",
+        default="kube-system",
+        help="namespace of the policy configuration CRs",
+    )
+    p.add_argument(
+        "--config-group-label",
+        default="config.nri/group",
+        help="node label naming the node's configuration group",
+    )
+    p.add_argument(
+        "--policy",
+        choices=POLICY_NAMES,
+        help="the active policy (with --config-file: taken from the file's kind)",
+    )
+    p.add_argument(
+        "--nri-socket",
+        default=None,
+        metavar="PATH",
+        help=f"the runtime's NRI socket (default {DEFAULT_NRI_SOCKET})",
+    )
+    p.add_argument(
+        "--nri-plugin-name",
+        default=None,
+        help=f"NRI plugin name (env NRI_PLUGIN_NAME, default {DEFAULT_PLUGIN_NAME})",
+    )
+    p.add_argument(
+        "--nri-plugin-index",
+        default=None,
+        help=f"NRI plugin index, two digits (env NRI_PLUGIN_IDX, default {DEFAULT_PLUGIN_INDEX})",
+    )
+    p.add_argument(
+        "--host-root", default="", help="prefix for /sys and /proc when running in a container"
+    )
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    p.add_argument(
+        "--kubelet-plugins-dir",
+        default=DEFAULT_PLUGINS_DIR,
+        help="directory of kubelet plugin sockets (DRA)",
+    )
+    p.add_argument(
+        "--kubelet-registry-dir",
+        default=DEFAULT_REGISTRY_DIR,
+        help="kubelet plugin registration directory (DRA)",
+    )
+    p.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long stopping services may take before they are cancelled",
+    )
+    return p
+
+
+def parse_options(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> Options:
+    """Flags, then the NRI environment variables, then defaults; checked at the edge."""
+    ns = build_parser().parse_args(argv)
+    name = ns.nri_plugin_name or env.get("NRI_PLUGIN_NAME") or DEFAULT_PLUGIN_NAME
+    index = ns.nri_plugin_index or env.get("NRI_PLUGIN_IDX") or DEFAULT_PLUGIN_INDEX
+    if not _PLUGIN_NAME.match(name):
+        raise UsageError(f"--nri-plugin-name: {name!r} may only contain [A-Za-z0-9_.+-]")
+    if not _PLUGIN_INDEX.match(index):
+        raise UsageError(f"--nri-plugin-index: expected two digits, got {index!r}")
+    options = Options(
+        config_file=ns.config_file,
+        kubeconfig=ns.kubeconfig,
+        config_namespace=ns.config_namespace,
+        config_group_label=ns.config_group_label,
+        policy=ns.policy,
+        nri_socket=ns.nri_socket or DEFAULT_NRI_SOCKET,
+        nri_plugin_name=name,
+        nri_plugin_index=index,
+        host_root=ns.host_root,
+        node_name=env.get("NODE_NAME", ""),
+        log_level=ns.log_level,
+        kubelet_plugins_dir=ns.kubelet_plugins_dir,
+        kubelet_registry_dir=ns.kubelet_registry_dir,
+        shutdown_grace=ns.shutdown_grace,
+    )
+    if options.has_cluster_access:
+        if not options.node_name:
+            raise UsageError("NODE_NAME is not set: it is required unless --config-file is given")
+        if not options.policy:
+            raise UsageError("--policy is required unless --config-file is given")
+    return options

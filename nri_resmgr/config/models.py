@@ -1,0 +1,214 @@
+"""Configuration models: the ``spec`` of the policy custom resources (group ``config.nri``).
+
+Each policy kind has its own spec class; all of them embed the common sections (``log``,
+``instrumentation``, ``agent``, ``control``, ``dra``), so DRA, like everything else, is
+configured per policy. Values are frozen; ``loader`` turns YAML into them and back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import attrs
+
+from nri_resmgr.config.fields import field
+
+API_GROUP = "config.nri"
+API_VERSION = "v1alpha1"
+GROUP_VERSION = f"{API_GROUP}/{API_VERSION}"
+
+CPUPriority = Literal["high", "normal", "low", "none"]
+TopologyLevel = Literal["system", "package", "die", "numa", "l3cache"]
+
+
+@attrs.frozen
+class DraConfig:
+    # None (unset) means off, but stays distinguishable from an explicit false.
+    enabled: bool | None = None
+
+
+@attrs.frozen
+class KlogConfig:
+    # klog keys are snake_case in the Go CRDs; keep them so existing CRs load unchanged.
+    skip_headers: bool | None = field(key="skip_headers", default=None)
+    v: int | None = None
+
+
+@attrs.frozen
+class LogConfig:
+    debug: tuple[str, ...] = ()
+    source: bool = False
+    klog: KlogConfig = KlogConfig()
+
+
+@attrs.frozen
+class MetricsConfig:
+    enabled: tuple[str, ...] = ("policy", "buildinfo")
+    polled: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class InstrumentationConfig:
+    sampling_rate_per_million: int = 0
+    tracing_collector: Literal["", "otlp-http", "otlp-grpc"] = ""
+    metrics_exporter: Literal["", "prometheus", "otlp-http", "otlp-grpc"] = ""
+    report_period: str = "30s"
+    log_exporter: Literal["", "otlp-http", "otlp-grpc"] = ""
+    log_export_period: str = ""
+    http_endpoint: str = ""
+    prometheus_export: bool = False
+    metrics: MetricsConfig = MetricsConfig()
+
+
+@attrs.frozen
+class AgentConfig:
+    node_resource_topology: bool = True
+    pod_resource_api: bool = field(key="podResourceAPI", default=False)
+
+
+@attrs.frozen
+class CpuClass:
+    min_freq: int = 0
+    max_freq: int = 0
+    energy_performance_preference: int = 0
+    uncore_min_freq: int = 0
+    uncore_max_freq: int = 0
+    freq_governor: str = ""
+    disabled_cstates: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class CpuControl:
+    classes: dict[str, CpuClass] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ClassControl:
+    """RDT and block I/O control: accepted for compatibility with nri-plugins CRs.
+
+    The class definitions are kept as given (free-form); nri-resmgr does not apply them yet.
+    """
+
+    enable: bool = False
+    use_pod_qos_as_default_class: bool = field(key="usePodQoSAsDefaultClass", default=False)
+    options: dict[str, Any] = attrs.field(factory=dict)
+    partitions: dict[str, Any] = attrs.field(factory=dict)
+    classes: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ControlConfig:
+    cpu: CpuControl = CpuControl()
+    rdt: ClassControl = ClassControl()
+    blockio: ClassControl = ClassControl()
+
+
+@attrs.frozen
+class Constraints:
+    """``reservedResources`` / ``availableResources``.
+
+    ``cpu`` is a quantity (``750m``, ``2``), ``cpuset:<list>`` or ``exclude-cpuset:<list>``;
+    ``memory`` a quantity. The policies interpret them against the hardware.
+    """
+
+    cpu: str | None = None
+    memory: str | None = None
+
+
+@attrs.frozen
+class PolicySpec:
+    """The sections every policy kind shares."""
+
+    kind: ClassVar[str] = ""
+    policy_name: ClassVar[str] = ""
+
+    log: LogConfig = LogConfig()
+    instrumentation: InstrumentationConfig = InstrumentationConfig()
+    agent: AgentConfig = AgentConfig()
+    control: ControlConfig = ControlConfig()
+    dra: DraConfig = DraConfig()
+    reserved_resources: Constraints = Constraints()
+    available_resources: Constraints = Constraints()
+
+
+@attrs.frozen
+class TemplateSpec(PolicySpec):
+    kind: ClassVar[str] = "TemplatePolicy"
+    policy_name: ClassVar[str] = "template"
+
+
+@attrs.frozen
+class TopologyAwareSpec(PolicySpec):
+    kind: ClassVar[str] = "TopologyAwarePolicy"
+    policy_name: ClassVar[str] = "topology-aware"
+
+    pin_cpu: bool = field(key="pinCPU", default=True)
+    pin_memory: bool = True
+    prefer_isolated_cpus: bool = field(key="preferIsolatedCPUs", default=True)
+    prefer_shared_cpus: bool = field(key="preferSharedCPUs", default=False)
+    colocate_pods: bool = False
+    colocate_namespaces: bool = False
+    reserved_pool_namespaces: tuple[str, ...] = ()
+    default_cpu_priority: CPUPriority = field(key="defaultCPUPriority", default="none")
+    unlimited_burstable: TopologyLevel = "package"
+
+
+@attrs.frozen
+class BalloonType:
+    name: str
+    namespaces: tuple[str, ...] = ()
+    min_cpus: int = field(key="minCPUs", default=0)
+    max_cpus: int = field(key="maxCPUs", default=0)
+    min_balloons: int = 0
+    max_balloons: int = 0
+    allocator_priority: CPUPriority = "high"
+    cpu_class: str = field(key="cpuClass", default="")
+    pin_memory: bool | None = None
+    prefer_spread_on_physical_cores: bool | None = None
+    allocator_topology_balancing: bool | None = None
+    hide_hyperthreads: bool | None = None
+    share_idle_cpus_in_same: Literal[
+        "", "system", "package", "die", "numa", "l2cache", "core", "thread"
+    ] = field(key="shareIdleCPUsInSame", default="")
+    prefer_isol_cpus: bool = False
+    prefer_spreading_pods: bool = False
+    prefer_per_namespace_balloon: bool = False
+    prefer_new_balloons: bool = False
+    group_by: str = ""
+
+
+@attrs.frozen
+class BalloonsSpec(PolicySpec):
+    kind: ClassVar[str] = "BalloonsPolicy"
+    policy_name: ClassVar[str] = "balloons"
+
+    pin_cpu: bool = field(key="pinCPU", default=True)
+    pin_memory: bool = True
+    idle_cpu_class: str = field(key="idleCPUClass", default="")
+    reserved_pool_namespaces: tuple[str, ...] = ()
+    allocator_topology_balancing: bool = False
+    prefer_spread_on_physical_cores: bool = False
+    balloon_types: tuple[BalloonType, ...] = ()
+
+
+SPEC_KINDS: dict[str, type[PolicySpec]] = {
+    cls.kind: cls for cls in (TopologyAwareSpec, BalloonsSpec, TemplateSpec)
+}
+SPEC_BY_POLICY: dict[str, type[PolicySpec]] = {cls.policy_name: cls for cls in SPEC_KINDS.values()}
+
+
+@attrs.frozen
+class PolicyDocument:
+    """A whole policy CR (or a local config file of the same shape)."""
+
+    kind: str
+    spec: PolicySpec
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    generation: int = 0
+    resource_version: str = ""
+
+    @property
+    def policy_name(self) -> str:
+        return self.spec.policy_name

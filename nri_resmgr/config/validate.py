@@ -1,0 +1,84 @@
+"""Checks across fields that types alone cannot express.
+
+Hardware-dependent checks (does the reserved cpuset exist on this machine?) belong to the
+policies; here are the ones that hold on any node.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nri_resmgr.config.models import BalloonsSpec, Constraints, PolicySpec
+from nri_resmgr.errors import ConfigError
+
+_QUANTITY = re.compile(r"^(\d+(\.\d+)?|\.\d+)(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
+_CPULIST = re.compile(r"^\s*(\d+(-\d+)?)(\s*,\s*\d+(-\d+)?)*\s*$")
+_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
+
+
+def _check_cpu(value: str, path: str) -> list[str]:
+    for prefix in ("cpuset:", "exclude-cpuset:"):
+        if value.startswith(prefix):
+            cpus = value[len(prefix) :]
+            if not _CPULIST.match(cpus):
+                return [f"{path}: invalid CPU list {cpus!r} in {value!r}"]
+            return []
+    if not _QUANTITY.match(value):
+        return [
+            f"{path}: expected a CPU quantity, cpuset:<list> or exclude-cpuset:<list>, "
+            f"got {value!r}"
+        ]
+    return []
+
+
+def _check_constraints(c: Constraints, path: str) -> list[str]:
+    errors = []
+    if c.cpu is not None:
+        errors += _check_cpu(c.cpu, f"{path}.cpu")
+    if c.memory is not None and not _QUANTITY.match(c.memory):
+        errors.append(f"{path}.memory: expected a memory quantity, got {c.memory!r}")
+    return errors
+
+
+def _check_balloons(spec: BalloonsSpec, path: str) -> list[str]:
+    errors, seen = [], set()
+    for i, bt in enumerate(spec.balloon_types):
+        where = f"{path}.balloonTypes[{i}]"
+        if not bt.name:
+            errors.append(f"{where}.name: must not be empty")
+        elif bt.name in seen:
+            errors.append(f"{where}.name: duplicate balloon type {bt.name!r}")
+        seen.add(bt.name)
+        if bt.max_cpus > 0 and bt.min_cpus > bt.max_cpus:
+            errors.append(f"{where}: minCPUs ({bt.min_cpus}) exceeds maxCPUs ({bt.max_cpus})")
+        if bt.max_balloons > 0 and bt.min_balloons > bt.max_balloons:
+            errors.append(
+                f"{where}: minBalloons ({bt.min_balloons}) exceeds maxBalloons ({bt.max_balloons})"
+            )
+    return errors
+
+
+def validate_spec(spec: PolicySpec, path: str = "spec") -> None:
+    errors = _check_constraints(spec.reserved_resources, f"{path}.reservedResources")
+    if spec.reserved_resources.cpu is None:
+        errors.append(f"{path}.reservedResources.cpu: required key missing")
+    elif spec.reserved_resources.cpu.startswith("exclude-cpuset:"):
+        errors.append(
+            f"{path}.reservedResources.cpu: exclude-cpuset is only valid in availableResources"
+        )
+    errors += _check_constraints(spec.available_resources, f"{path}.availableResources")
+    inst = spec.instrumentation
+    if inst.prometheus_export and inst.metrics_exporter not in ("", "prometheus"):
+        errors.append(
+            f"{path}.instrumentation.prometheusExport: cannot be combined with "
+            f"metricsExporter {inst.metrics_exporter!r}"
+        )
+    if inst.report_period and not _DURATION.match(inst.report_period):
+        errors.append(
+            f"{path}.instrumentation.reportPeriod: expected a duration such as "
+            f"'30s', got {inst.report_period!r}"
+        )
+    if isinstance(spec, BalloonsSpec):
+        errors += _check_balloons(spec, path)
+    if errors:
+        raise ConfigError(errors)

@@ -1,0 +1,162 @@
+"""The resource manager: the one lock, the active policy, and the pod/container cache.
+
+Every request that can change placement, from the runtime (NRI) or from kubelet (DRA),
+goes through a method here, and every such method holds ``self.lock`` while the policy
+decides. That single lock is what keeps the two request sources from interleaving.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+import trio
+
+from nri_resmgr.config.models import PolicySpec
+from nri_resmgr.errors import ConfigError
+from nri_resmgr.resmgr.model import (
+    Adjustment,
+    ClaimResult,
+    Container,
+    Device,
+    Pod,
+    Resources,
+    Update,
+)
+from nri_resmgr.resmgr.policy import Policy, PolicyEnv
+
+log = logging.getLogger(__name__)
+
+
+class RuntimeUpdater(Protocol):
+    """The runtime's side of an unsolicited update (NRI UpdateContainers)."""
+
+    async def update_containers(self, updates: Sequence[Update]) -> list[Update]:
+        """Send updates; return the ones the runtime failed to apply."""
+
+
+class ResourceManager:
+    def __init__(self, policy: Policy, spec: PolicySpec, env: PolicyEnv) -> None:
+        self.lock = trio.Lock()
+        self.policy = policy
+        self.env = env
+        self.spec = spec
+        self.pods: dict[str, Pod] = {}
+        self.containers: dict[str, Container] = {}
+        self._runtime: RuntimeUpdater | None = None
+        policy.setup(spec, env)
+
+    # -- configuration --------------------------------------------------------------------
+
+    async def reconfigure(self, spec: PolicySpec) -> list[Update]:
+        """Apply a new configuration, or refuse it and keep the old one."""
+        async with self.lock:
+            refusal = dra_toggle_refusal(self.spec, spec)
+            if refusal:
+                raise ConfigError(refusal)
+            updates = self.policy.reconfigure(spec)
+            self.spec = spec
+        await self.send_updates(updates)
+        return updates
+
+    # -- the runtime connection -------------------------------------------------------------
+
+    def attach_runtime(self, runtime: RuntimeUpdater | None) -> None:
+        self._runtime = runtime
+
+    async def send_updates(self, updates: Sequence[Update]) -> list[Update]:
+        """Push policy-initiated updates to the runtime, if one is connected."""
+        if not updates:
+            return []
+        if self._runtime is None:
+            log.warning("no runtime connected; %d container updates deferred", len(updates))
+            return list(updates)
+        failed = await self._runtime.update_containers(updates)
+        for u in failed:
+            log.warning("runtime failed to update container %s", u.container_id)
+        return failed
+
+    # -- NRI requests ---------------------------------------------------------------------
+
+    async def synchronize(
+        self, pods: Sequence[Pod], containers: Sequence[Container]
+    ) -> list[Update]:
+        async with self.lock:
+            self.pods = {p.id: p for p in pods}
+            self.containers = {c.id: c for c in containers}
+            return self.policy.synchronize(pods, containers)
+
+    async def run_pod_sandbox(self, pod: Pod) -> None:
+        async with self.lock:
+            self.pods[pod.id] = pod
+            self.policy.run_pod_sandbox(pod)
+
+    async def update_pod_sandbox(self, pod: Pod) -> None:
+        async with self.lock:
+            self.pods[pod.id] = pod
+            self.policy.update_pod_sandbox(pod)
+
+    async def stop_pod_sandbox(self, pod: Pod) -> None:
+        async with self.lock:
+            self.policy.stop_pod_sandbox(pod)
+
+    async def remove_pod_sandbox(self, pod: Pod) -> None:
+        async with self.lock:
+            self.pods.pop(pod.id, None)
+            self.policy.remove_pod_sandbox(pod)
+
+    async def create_container(
+        self, pod: Pod, container: Container
+    ) -> tuple[Adjustment, list[Update]]:
+        async with self.lock:
+            self.pods.setdefault(pod.id, pod)
+            self.containers[container.id] = container
+            return self.policy.create_container(pod, container)
+
+    async def start_container(self, pod: Pod, container: Container) -> None:
+        async with self.lock:
+            self.containers[container.id] = container
+            self.policy.start_container(pod, container)
+
+    async def update_container(
+        self, pod: Pod, container: Container, resources: Resources
+    ) -> list[Update]:
+        async with self.lock:
+            self.containers[container.id] = container
+            return self.policy.update_container(pod, container, resources)
+
+    async def stop_container(self, pod: Pod, container: Container) -> list[Update]:
+        async with self.lock:
+            return self.policy.stop_container(pod, container)
+
+    async def remove_container(self, pod: Pod, container: Container) -> list[Update]:
+        async with self.lock:
+            self.containers.pop(container.id, None)
+            return self.policy.remove_container(pod, container)
+
+    # -- kubelet (DRA) requests -----------------------------------------------------------
+
+    async def dra_devices(self) -> list[Device]:
+        async with self.lock:
+            return self.policy.dra_devices()
+
+    async def prepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
+        async with self.lock:
+            return self.policy.prepare_claims(claim_uids)
+
+    async def unprepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
+        async with self.lock:
+            return self.policy.unprepare_claims(claim_uids)
+
+
+def dra_toggle_refusal(old: PolicySpec, new: PolicySpec) -> str | None:
+    """DRA is started or not at daemon start; switching it needs a restart."""
+    was, now = bool(old.dra.enabled), bool(new.dra.enabled)
+    if was == now:
+        return None
+    verb = "enable" if now else "disable"
+    return (
+        f"spec.dra.enabled: cannot {verb} DRA on a running daemon; "
+        "restart nri-resmgr to apply this change"
+    )

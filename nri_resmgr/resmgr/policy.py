@@ -1,0 +1,136 @@
+"""The contract between the resource manager and a policy.
+
+A policy decides where containers run. The manager calls it with the manager lock held, one
+call at a time, so a policy needs no locking of its own. Calls are synchronous: deciding is
+pure computation, and everything that talks to the outside (the runtime, kubelet, the API
+server) lives in the manager and its tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+import attrs
+
+from nri_resmgr.resmgr.model import (
+    Adjustment,
+    ClaimResult,
+    Container,
+    Device,
+    Pod,
+    Resources,
+    Update,
+)
+
+if TYPE_CHECKING:
+    from nri_resmgr.config.models import PolicySpec
+
+
+@attrs.frozen
+class PolicyEnv:
+    """What a policy may know about its surroundings."""
+
+    host_root: str = ""
+    node_name: str = ""
+
+
+class Policy(Protocol):
+    """What every policy implements. ``PolicyBase`` gives no-op defaults."""
+
+    name: ClassVar[str]
+    """The policy's name, as in the Go nri-plugins (``topology-aware``); also the DRA driver's
+    name prefix (``topology-aware.nri.io``)."""
+
+    def setup(self, spec: PolicySpec, env: PolicyEnv) -> None:
+        """Take the first configuration. Raise ``ConfigError`` to refuse it."""
+
+    def reconfigure(self, spec: PolicySpec) -> list[Update]:
+        """Take a new configuration. Raise ``ConfigError`` to refuse it; the old one stays."""
+
+    def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> list[Update]:
+        """Learn the pods and containers that already exist (at start and after a runtime
+        restart) and return the updates that bring them to the policy's placement."""
+
+    def run_pod_sandbox(self, pod: Pod) -> None: ...
+    def update_pod_sandbox(self, pod: Pod) -> None: ...
+    def stop_pod_sandbox(self, pod: Pod) -> None: ...
+    def remove_pod_sandbox(self, pod: Pod) -> None: ...
+
+    def create_container(self, pod: Pod, container: Container) -> tuple[Adjustment, list[Update]]:
+        """Place a new container: its adjustment, plus updates for other containers."""
+
+    def start_container(self, pod: Pod, container: Container) -> None: ...
+
+    def update_container(
+        self, pod: Pod, container: Container, resources: Resources
+    ) -> list[Update]:
+        """The container's resources change; return updates (this container's included)."""
+
+    def stop_container(self, pod: Pod, container: Container) -> list[Update]:
+        """Release the container's resources; return updates for the containers that gain."""
+
+    def remove_container(self, pod: Pod, container: Container) -> list[Update]: ...
+
+    def dra_devices(self) -> list[Device]:
+        """The devices this policy offers through DRA (published in the ResourceSlice)."""
+
+    def prepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]: ...
+    def unprepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]: ...
+
+
+class PolicyBase:
+    """No-op implementations of every hook, so a policy overrides only what it needs."""
+
+    name: ClassVar[str] = "base"
+
+    def __init__(self) -> None:
+        self.env = PolicyEnv()
+
+    def setup(self, spec: PolicySpec, env: PolicyEnv) -> None:
+        self.env = env
+
+    def reconfigure(self, spec: PolicySpec) -> list[Update]:
+        return []
+
+    def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> list[Update]:
+        return []
+
+    def run_pod_sandbox(self, pod: Pod) -> None:
+        pass
+
+    def update_pod_sandbox(self, pod: Pod) -> None:
+        pass
+
+    def stop_pod_sandbox(self, pod: Pod) -> None:
+        pass
+
+    def remove_pod_sandbox(self, pod: Pod) -> None:
+        pass
+
+    def create_container(self, pod: Pod, container: Container) -> tuple[Adjustment, list[Update]]:
+        return Adjustment(), []
+
+    def start_container(self, pod: Pod, container: Container) -> None:
+        pass
+
+    def update_container(
+        self, pod: Pod, container: Container, resources: Resources
+    ) -> list[Update]:
+        return []
+
+    def stop_container(self, pod: Pod, container: Container) -> list[Update]:
+        return []
+
+    def remove_container(self, pod: Pod, container: Container) -> list[Update]:
+        return []
+
+    def dra_devices(self) -> list[Device]:
+        return []
+
+    def prepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
+        # No devices are offered, so every claim is answered with an empty result.
+        return [ClaimResult(claim_uid=uid) for uid in claim_uids]
+
+    def unprepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
+        return [ClaimResult(claim_uid=uid) for uid in claim_uids]
