@@ -9,6 +9,7 @@ import trio_asyncio
 
 from nri_resmgr.cli import Options
 from nri_resmgr.config import PolicyDocument, load_file
+from nri_resmgr.config.filewatch import ConfigFileWatcher
 from nri_resmgr.daemon import Daemon, Service
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.manager import ResourceManager
@@ -60,6 +61,8 @@ def build_services(
             plugin_index=options.nri_plugin_index,
         )
     ]
+    if options.config_file is not None:
+        services.append(ConfigFileWatcher(manager, options.config_file, doc))
     if dra_wanted(options, doc):
         log.warning("DRA is enabled but the kubelet plugin is not available in this build")
     return services
