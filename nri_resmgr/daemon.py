@@ -115,6 +115,7 @@ class Daemon:
         await self._shutdown.wait()
         with trio.move_on_after(self.grace) as grace:
             for service in reversed(self._started):
+                log.info("stopping %s", service.name)
                 self._record(f"stopping {service.name}")
                 await service.stop()
                 self._record(f"stopped {service.name}")

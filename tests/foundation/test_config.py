@@ -57,8 +57,9 @@ def test_balloon_types_keep_their_acronym_keys() -> None:
     assert dumped["balloonTypes"][1]["shareIdleCPUsInSame"] == "package"
 
 
-@pytest.mark.parametrize(("text", "expected"), [("", None), ("enabled: false", False),
-                                                 ("enabled: true", True)])
+@pytest.mark.parametrize(
+    ("text", "expected"), [("", None), ("enabled: false", False), ("enabled: true", True)]
+)
 def test_dra_enabled_three_states_survive_round_trip(text: str, expected: bool | None) -> None:
     raw = parse_yaml(f"reservedResources: {{cpu: 750m}}\ndra: {{{text}}}\n")
     spec = structure_spec(raw, "TopologyAwarePolicy")
@@ -111,9 +112,7 @@ def test_bad_config_names_the_path(name: str) -> None:
 
 
 def test_every_problem_is_reported_not_just_the_first() -> None:
-    raw = parse_yaml(
-        "reservedResources: {cpu: 1}\npinCPU: 1\npinMemory: 'no'\nbogus: 3\n"
-    )
+    raw = parse_yaml("reservedResources: {cpu: 1}\npinCPU: 1\npinMemory: 'no'\nbogus: 3\n")
     with pytest.raises(ConfigError) as info:
         structure_spec(raw, "TopologyAwarePolicy")
     assert sorted(info.value.errors) == [

@@ -36,7 +36,7 @@ async def test_an_edit_is_applied(tmp_path: Path) -> None:
 
 
 async def test_an_unchanged_file_is_not_reapplied(tmp_path: Path) -> None:
-    path, manager, watcher = setup(tmp_path)
+    path, _manager, watcher = setup(tmp_path)
     path.touch()
     await watcher.check()
     assert watcher.applied == 0
@@ -65,9 +65,10 @@ async def test_turning_dra_on_in_the_file_asks_for_a_restart(tmp_path: Path) -> 
 
 
 async def test_changing_the_kind_is_refused(tmp_path: Path) -> None:
-    path, manager, watcher = setup(tmp_path)
-    path.write_text(HEADER.replace("TemplatePolicy", "BalloonsPolicy")
-                    + "  reservedResources: {cpu: 1}\n")
+    path, _manager, watcher = setup(tmp_path)
+    path.write_text(
+        HEADER.replace("TemplatePolicy", "BalloonsPolicy") + "  reservedResources: {cpu: 1}\n"
+    )
     await watcher.check()
     assert watcher.last_error is not None and "restart nri-resmgr" in watcher.last_error
 

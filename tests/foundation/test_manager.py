@@ -15,7 +15,7 @@ from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Adjustment, ClaimResult, Container, Pod, Update
 from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policies.template import TemplatePolicy
-from nri_resmgr.resmgr.policy import PolicyEnv, PolicyBase
+from nri_resmgr.resmgr.policy import PolicyBase, PolicyEnv
 
 
 def spec(extra: str = "") -> PolicySpec:
@@ -82,9 +82,14 @@ async def _prepare(manager: ResourceManager, order: list[str]) -> None:
     order.append("prepare")
 
 
-@pytest.mark.parametrize(("old", "new"), [("", "dra: {enabled: true}"),
-                                          ("dra: {enabled: true}", "dra: {enabled: false}"),
-                                          ("dra: {enabled: true}", "")])
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("", "dra: {enabled: true}"),
+        ("dra: {enabled: true}", "dra: {enabled: false}"),
+        ("dra: {enabled: true}", ""),
+    ],
+)
 async def test_turning_dra_on_or_off_at_runtime_is_refused(old: str, new: str) -> None:
     manager = ResourceManager(TemplatePolicy(), spec(old), PolicyEnv())
     before = manager.spec

@@ -1,0 +1,157 @@
+"""Conversions between NRI protobuf messages and the wire-independent resource-manager model.
+
+Only what policies read or set crosses over: identity, labels and annotations, state, and the
+CPU/memory resources (cpuset cpus/mems, CPU shares/quota/period, memory limit).
+"""
+
+from __future__ import annotations
+
+import betterproto
+
+from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
+from nri_resmgr.resmgr import model
+
+
+def _present(msg: betterproto.Message) -> bool:
+    """Whether an optional sub-message was on the wire (or set by us), even if all-zero."""
+    return betterproto.serialized_on_wire(msg)
+
+
+def _opt(wrapper: api.OptionalInt64 | api.OptionalUInt64) -> int | None:
+    return wrapper.value if _present(wrapper) else None
+
+
+def resources_from_proto(res: api.LinuxResources) -> model.Resources | None:
+    if not _present(res):
+        return None
+    cpu, mem = res.cpu, res.memory
+    return model.Resources(
+        cpu_shares=_opt(cpu.shares),
+        cpu_quota=_opt(cpu.quota),
+        cpu_period=_opt(cpu.period),
+        cpuset_cpus=cpu.cpus or None,
+        cpuset_mems=cpu.mems or None,
+        memory_limit=_opt(mem.limit),
+    )
+
+
+def resources_to_proto(res: model.Resources | model.Adjustment) -> api.LinuxResources:
+    """Only the fields that are set go on the wire; an absent wrapper means "unchanged"."""
+    cpu = api.LinuxCpu(cpus=res.cpuset_cpus or "", mems=res.cpuset_mems or "")
+    if res.cpu_shares is not None:
+        cpu.shares = api.OptionalUInt64(value=res.cpu_shares)
+    if res.cpu_quota is not None:
+        cpu.quota = api.OptionalInt64(value=res.cpu_quota)
+    if res.cpu_period is not None:
+        cpu.period = api.OptionalUInt64(value=res.cpu_period)
+    out = api.LinuxResources()
+    if _present(cpu):
+        out.cpu = cpu
+    if res.memory_limit is not None:
+        out.memory = api.LinuxMemory(limit=api.OptionalInt64(value=res.memory_limit))
+    return out
+
+
+def pod_from_proto(pod: api.PodSandbox) -> model.Pod:
+    linux = pod.linux
+    return model.Pod(
+        id=pod.id,
+        name=pod.name,
+        namespace=pod.namespace,
+        uid=pod.uid,
+        labels=dict(pod.labels),
+        annotations=dict(pod.annotations),
+        cgroup_parent=linux.cgroup_parent,
+        resources=resources_from_proto(linux.pod_resources),
+    )
+
+
+def pod_to_proto(pod: model.Pod) -> api.PodSandbox:
+    linux = api.LinuxPodSandbox(cgroup_parent=pod.cgroup_parent)
+    if pod.resources is not None:
+        linux.pod_resources = resources_to_proto(pod.resources)
+    return api.PodSandbox(
+        id=pod.id,
+        name=pod.name,
+        namespace=pod.namespace,
+        uid=pod.uid,
+        labels=dict(pod.labels),
+        annotations=dict(pod.annotations),
+        linux=linux,
+    )
+
+
+def container_from_proto(ctr: api.Container) -> model.Container:
+    return model.Container(
+        id=ctr.id,
+        pod_id=ctr.pod_sandbox_id,
+        name=ctr.name,
+        state=_state_from_proto(ctr.state),
+        labels=dict(ctr.labels),
+        annotations=dict(ctr.annotations),
+        resources=resources_from_proto(ctr.linux.resources),
+        pid=ctr.pid,
+    )
+
+
+def container_to_proto(ctr: model.Container) -> api.Container:
+    out = api.Container(
+        id=ctr.id,
+        pod_sandbox_id=ctr.pod_id,
+        name=ctr.name,
+        state=api.ContainerState(ctr.state.value),
+        labels=dict(ctr.labels),
+        annotations=dict(ctr.annotations),
+        pid=ctr.pid,
+    )
+    if ctr.resources is not None:
+        out.linux = api.LinuxContainer(resources=resources_to_proto(ctr.resources))
+    return out
+
+
+def _state_from_proto(state: int) -> model.ContainerState:
+    try:
+        return model.ContainerState(int(state))
+    except ValueError:
+        return model.ContainerState.UNKNOWN
+
+
+def adjustment_to_proto(adj: model.Adjustment) -> api.ContainerAdjustment:
+    if adj.is_empty():
+        return api.ContainerAdjustment()
+    linux = api.LinuxContainerAdjustment(resources=resources_to_proto(adj))
+    return api.ContainerAdjustment(linux=linux)
+
+
+def adjustment_from_proto(adj: api.ContainerAdjustment) -> model.Adjustment:
+    res = resources_from_proto(adj.linux.resources)
+    return _adjustment_of(res)
+
+
+def _adjustment_of(res: model.Resources | None) -> model.Adjustment:
+    if res is None:
+        return model.Adjustment()
+    return model.Adjustment(
+        cpuset_cpus=res.cpuset_cpus,
+        cpuset_mems=res.cpuset_mems,
+        cpu_shares=res.cpu_shares,
+        cpu_quota=res.cpu_quota,
+        cpu_period=res.cpu_period,
+        memory_limit=res.memory_limit,
+    )
+
+
+def update_to_proto(update: model.Update) -> api.ContainerUpdate:
+    return api.ContainerUpdate(
+        container_id=update.container_id,
+        linux=api.LinuxContainerUpdate(resources=resources_to_proto(update.adjustment)),
+        ignore_failure=update.ignore_failure,
+    )
+
+
+def update_from_proto(update: api.ContainerUpdate) -> model.Update:
+    return model.Update(
+        container_id=update.container_id,
+        adjustment=_adjustment_of(resources_from_proto(update.linux.resources)),
+        ignore_failure=update.ignore_failure,
+    )

@@ -1,0 +1,259 @@
+"""A ttrpc server and client for unary calls, on any trio byte stream (here: a mux channel).
+
+The server dispatches ``Request{service, method}`` to registered handlers, each in its own
+task under the request's deadline; unknown services and methods get UNIMPLEMENTED, as the Go
+server answers them. The client numbers its calls with odd stream ids and matches responses
+by id, so several calls may be in flight at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
+
+import betterproto
+import trio
+
+from nri_resmgr._gen import ttrpc as envelope
+from nri_resmgr.nri.errors import Code, ConnectionLost, ProtocolError, RpcError
+from nri_resmgr.nri.ttrpc_codec import (
+    MSG_REQUEST,
+    MSG_RESPONSE,
+    ByteStream,
+    Message,
+    encode_message,
+    read_messages,
+)
+
+log = logging.getLogger(__name__)
+
+RawHandler = Callable[[bytes], Awaitable[bytes]]
+"""Takes the encoded request payload, returns the encoded reply or raises ``RpcError``."""
+
+Req = TypeVar("Req", bound=betterproto.Message)
+Rsp = TypeVar("Rsp", bound=betterproto.Message)
+
+
+def unary(
+    request_type: type[Req], fn: Callable[[Req], Awaitable[betterproto.Message]]
+) -> RawHandler:
+    """Wrap a typed handler into a raw one that decodes its payload and encodes its reply."""
+
+    async def handle(payload: bytes) -> bytes:
+        try:
+            request = request_type().parse(payload)
+        except Exception as exc:
+            raise RpcError(Code.INTERNAL, f"cannot decode {request_type.__name__}: {exc}") from exc
+        return bytes(await fn(request))
+
+    return handle
+
+
+class Writer:
+    """Serialises whole-message writes onto a stream."""
+
+    def __init__(self, stream: ByteStream) -> None:
+        self._stream = stream
+        self._lock = trio.Lock()
+
+    async def write(self, msg: Message) -> None:
+        frame = encode_message(msg)
+        async with self._lock:
+            try:
+                await self._stream.send_all(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise ConnectionLost(f"ttrpc write failed: {exc}") from exc
+
+
+class TtrpcServer:
+    def __init__(
+        self, stream: ByteStream, services: Mapping[str, Mapping[str, RawHandler]]
+    ) -> None:
+        self._stream = stream
+        self._writer = Writer(stream)
+        self._services = services
+        self._last_stream_id = 0
+
+    async def serve(self) -> None:
+        """Serve until the stream ends (then raise ``ConnectionLost``) or a protocol error."""
+        async with trio.open_nursery() as nursery:
+            async for msg in read_messages(self._stream):
+                if msg.msg_type != MSG_REQUEST:
+                    log.debug("ttrpc server: ignoring message type %#x", msg.msg_type)
+                    continue
+                refusal = self._stream_id_refusal(msg.stream_id)
+                if refusal:
+                    nursery.start_soon(
+                        self._reply_error, msg.stream_id, Code.INVALID_ARGUMENT, refusal
+                    )
+                    continue
+                self._last_stream_id = msg.stream_id
+                nursery.start_soon(self._handle, msg)
+            nursery.cancel_scope.cancel()
+        raise ConnectionLost("ttrpc client closed the connection")
+
+    def _stream_id_refusal(self, stream_id: int) -> str | None:
+        if stream_id % 2 == 0:
+            return f"StreamID must be odd for client initiated streams (got {stream_id})"
+        if stream_id <= self._last_stream_id:
+            return f"StreamID cannot be re-used and must increment (got {stream_id})"
+        return None
+
+    async def _handle(self, msg: Message) -> None:
+        try:
+            request = envelope.Request().parse(msg.data)
+        except Exception as exc:
+            await self._reply_error(msg.stream_id, Code.INVALID_ARGUMENT, f"bad request: {exc}")
+            return
+        handler = self._lookup(request)
+        try:
+            if isinstance(handler, RpcError):
+                raise handler
+            timeout = request.timeout_nano / 1e9 if request.timeout_nano > 0 else math.inf
+            with trio.fail_after(timeout):
+                payload = await handler(request.payload)
+        except RpcError as exc:
+            await self._reply_error(msg.stream_id, exc.code, exc.message)
+            return
+        except trio.TooSlowError:
+            log.warning(
+                "%s/%s: handler missed the caller's deadline", request.service, request.method
+            )
+            await self._reply_error(msg.stream_id, Code.DEADLINE_EXCEEDED, "deadline exceeded")
+            return
+        except Exception as exc:
+            log.exception("%s/%s failed", request.service, request.method)
+            await self._reply_error(msg.stream_id, Code.UNKNOWN, str(exc) or type(exc).__name__)
+            return
+        await self._reply(msg.stream_id, envelope.Response(payload=payload))
+
+    def _lookup(self, request: envelope.Request) -> RawHandler | RpcError:
+        methods = self._services.get(request.service)
+        if methods is None:
+            return RpcError(Code.UNIMPLEMENTED, f"service {request.service}")
+        handler = methods.get(request.method)
+        if handler is None:
+            return RpcError(Code.UNIMPLEMENTED, f"method {request.method}")
+        return handler
+
+    async def _reply_error(self, stream_id: int, code: int, message: str) -> None:
+        status = envelope.Status(code=code, message=message)
+        await self._reply(stream_id, envelope.Response(status=status))
+
+    async def _reply(self, stream_id: int, response: envelope.Response) -> None:
+        try:
+            await self._writer.write(Message(stream_id, MSG_RESPONSE, bytes(response)))
+        except RpcError as exc:
+            # Our own reply is too big; tell the caller instead of leaving it waiting.
+            status = envelope.Status(code=exc.code, message=exc.message)
+            await self._writer.write(
+                Message(stream_id, MSG_RESPONSE, bytes(envelope.Response(status=status)))
+            )
+
+
+class _Pending:
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.response: envelope.Response | None = None
+        self.error: Exception | None = None
+
+
+class TtrpcClient:
+    def __init__(self, stream: ByteStream) -> None:
+        self._stream = stream
+        self._writer = Writer(stream)
+        self._next_id = 1
+        self._pending: dict[int, _Pending] = {}
+        self._closed: Exception | None = None
+
+    async def run(self) -> None:
+        """Read responses until the stream ends; then every waiting call fails."""
+        try:
+            async for msg in read_messages(self._stream):
+                self._dispatch(msg)
+            raise ConnectionLost("ttrpc server closed the connection")
+        except Exception as exc:
+            self._fail_all(exc)
+            raise
+        finally:
+            self._fail_all(ConnectionLost("ttrpc client stopped"))
+
+    def _dispatch(self, msg: Message) -> None:
+        if msg.msg_type != MSG_RESPONSE:
+            log.debug("ttrpc client: ignoring message type %#x", msg.msg_type)
+            return
+        if msg.stream_id % 2 == 0 or msg.stream_id >= self._next_id:
+            raise ProtocolError(f"ttrpc response for stream {msg.stream_id}, which we never opened")
+        pending = self._pending.pop(msg.stream_id, None)
+        if pending is None:
+            log.debug("ttrpc client: late response on stream %d dropped", msg.stream_id)
+            return
+        try:
+            pending.response = envelope.Response().parse(msg.data)
+        except Exception as exc:
+            raise ProtocolError(
+                f"undecodable ttrpc response on stream {msg.stream_id}: {exc}"
+            ) from exc
+        pending.done.set()
+
+    def _fail_all(self, exc: Exception) -> None:
+        if self._closed is None:
+            self._closed = exc
+        for pending in self._pending.values():
+            pending.error = exc
+            pending.done.set()
+        self._pending.clear()
+
+    async def call_raw(
+        self, service: str, method: str, payload: bytes, timeout: float | None
+    ) -> bytes:
+        if self._closed is not None:
+            raise ConnectionLost(f"ttrpc connection is closed ({self._closed})")
+        stream_id = self._next_id
+        self._next_id += 2
+        timeout_nano = 0 if timeout is None else max(1, int(timeout * 1e9))
+        request = envelope.Request(
+            service=service, method=method, payload=payload, timeout_nano=timeout_nano
+        )
+        pending = _Pending()
+        self._pending[stream_id] = pending
+        try:
+            with trio.fail_after(math.inf if timeout is None else timeout):
+                await self._writer.write(Message(stream_id, MSG_REQUEST, bytes(request)))
+                await pending.done.wait()
+        except trio.TooSlowError:
+            raise RpcError(
+                Code.DEADLINE_EXCEEDED, f"{service}/{method}: no answer within {timeout}s"
+            ) from None
+        finally:
+            self._pending.pop(stream_id, None)
+        return _payload_or_raise(pending, service, method)
+
+    async def call(
+        self,
+        service: str,
+        method: str,
+        request: betterproto.Message,
+        response_type: type[Rsp],
+        timeout: float | None,
+    ) -> Rsp:
+        payload = await self.call_raw(service, method, bytes(request), timeout)
+        try:
+            return response_type().parse(payload)
+        except Exception as exc:
+            raise ProtocolError(
+                f"{service}/{method}: cannot decode {response_type.__name__}: {exc}"
+            ) from exc
+
+
+def _payload_or_raise(pending: _Pending, service: str, method: str) -> bytes:
+    if pending.error is not None:
+        raise ConnectionLost(f"{service}/{method}: {pending.error}") from pending.error
+    assert pending.response is not None
+    status = pending.response.status
+    if status.code != Code.OK:
+        raise RpcError(status.code, status.message)
+    payload: bytes = pending.response.payload
+    return payload

@@ -1,0 +1,99 @@
+"""The ttrpc frame codec: a 10-byte header, then a protobuf Request or Response.
+
+Header: data length (u32 BE), stream id (u32 BE), message type (u8), flags (u8). Messages
+longer than 4 MiB are refused on both sides: we never send one, and a header announcing one
+is a protocol error before any of its body is buffered.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import AsyncIterator, Iterator
+from typing import Protocol
+
+import attrs
+import trio
+
+from nri_resmgr.nri.errors import Code, ConnectionLost, ProtocolError, RpcError
+
+HEADER_LEN = 10
+MAX_MESSAGE_LEN = 4 << 20
+MSG_REQUEST = 0x01
+MSG_RESPONSE = 0x02
+MSG_DATA = 0x03
+FLAG_REMOTE_CLOSED = 0x01
+FLAG_REMOTE_OPEN = 0x02
+FLAG_NO_DATA = 0x04
+_HEADER = struct.Struct(">IIBB")
+_RECV_CHUNK = 65536
+
+
+class ByteStream(Protocol):
+    """What ttrpc needs from a transport: a trio stream or a mux channel."""
+
+    async def send_all(self, data: bytes) -> None: ...
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray: ...
+
+
+@attrs.frozen
+class Message:
+    stream_id: int
+    msg_type: int
+    data: bytes = b""
+    flags: int = 0
+
+
+def encode_message(msg: Message) -> bytes:
+    if len(msg.data) > MAX_MESSAGE_LEN:
+        raise RpcError(
+            Code.RESOURCE_EXHAUSTED,
+            f"message length {len(msg.data)} exceeds maximum message size of {MAX_MESSAGE_LEN}",
+        )
+    if not 0 <= msg.stream_id <= 0xFFFFFFFF:
+        raise ValueError(f"ttrpc stream id {msg.stream_id} out of range")
+    return _HEADER.pack(len(msg.data), msg.stream_id, msg.msg_type, msg.flags) + msg.data
+
+
+class MessageDecoder:
+    """Incremental decoder: feed it bytes as they arrive, get whole messages out."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes | bytearray) -> Iterator[Message]:
+        self._buf += data
+        while len(self._buf) >= HEADER_LEN:
+            length, stream_id, msg_type, flags = _HEADER.unpack_from(self._buf)
+            if length > MAX_MESSAGE_LEN:
+                raise ProtocolError(
+                    f"ttrpc message of {length} bytes on stream {stream_id} exceeds "
+                    f"the maximum message size of {MAX_MESSAGE_LEN}"
+                )
+            end = HEADER_LEN + length
+            if len(self._buf) < end:
+                return
+            body = bytes(self._buf[HEADER_LEN:end])
+            del self._buf[:end]
+            yield Message(stream_id=stream_id, msg_type=msg_type, data=body, flags=flags)
+
+    def pending(self) -> int:
+        return len(self._buf)
+
+
+async def read_messages(stream: ByteStream) -> AsyncIterator[Message]:
+    """Every message on ``stream`` until a clean end; a cut-off message is a protocol error."""
+    decoder = MessageDecoder()
+    while True:
+        try:
+            data = await stream.receive_some(_RECV_CHUNK)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise ConnectionLost(f"ttrpc read failed: {exc}") from exc
+        if not data:
+            if decoder.pending():
+                raise ProtocolError(
+                    f"connection closed inside a ttrpc message ({decoder.pending()} bytes)"
+                )
+            return
+        for msg in decoder.feed(data):
+            yield msg
