@@ -53,8 +53,36 @@ def proto(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def apiserver(session: nox.Session) -> None:
+    """Build kube-apiserver + etcd (cached), then run the Kubernetes client tests against them."""
+    install_project(session, "test")
+    env = {"NRI_RESMGR_CACHE": str(CACHE)}
+    session.run("python", "-m", "tests.kube.gobuild", env=env)
+    session.run("pytest", "tests/kube", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
+def conformance(session: nox.Session) -> None:
+    """Build the Go NRI harnesses (v0.12, v0.6; cached), then run our plugin against them."""
+    install_project(session, "test")
+    env = {"NRI_RESMGR_CACHE": str(CACHE)}
+    session.run("python", "-m", "tests.conformance.build", env=env)
+    session.run("pytest", "tests/conformance", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmarks; prints a table and writes bench-results/*.json."""
     install_project(session, "test")
     session.run("python", "-m", "tests.bench", *session.posargs,
                 env={"NRI_RESMGR_CACHE": str(CACHE)})
+
+
+@nox.session(python=PYTHON)
+def helm(session: nox.Session) -> None:
+    """Helm charts: check generated files, build helm (cached), lint and render all charts."""
+    install_project(session, "test")
+    env = {"NRI_RESMGR_CACHE": str(CACHE)}
+    session.run("python", "tools/gencrd.py", "--check")
+    session.run("python", "-m", "tests.helm.helmbuild", env=env)
+    session.run("pytest", "tests/helm", *session.posargs, env=env)
