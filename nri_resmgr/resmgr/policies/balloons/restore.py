@@ -1,0 +1,80 @@
+"""Rebuild balloons from the cpusets running containers have (after a restart or a
+reconfiguration), so that containers keep their CPUs whenever that is still valid."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+
+import attrs
+
+from nri_resmgr.config.models import BalloonType
+from nri_resmgr.resmgr.cache import Allocation, Kind
+from nri_resmgr.resmgr.cpualloc import pick_cpus
+from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.resmgr.policies.balloons.state import Balloon, Balloons, target_cpus
+from nri_resmgr.resmgr.policies.balloons.types import RESERVED
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class Live:
+    pod: Pod
+    container: Container
+    type: BalloonType
+    request: int
+    cpus: CpuSet | None
+    mems: CpuSet | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.pod.namespace}/{self.pod.name}/{self.container.name}"
+
+    def allocation(self) -> Allocation:
+        return Allocation(self.container.id, self.pod.id, self.name, "", Kind.SHARED, self.request)
+
+
+def rebuild(state: Balloons, lives: Sequence[Live]) -> list[Live]:
+    """Recreate the balloons the running containers are in; return the containers that
+    could not be matched to one (to be placed afresh)."""
+    clusters: dict[tuple[str, CpuSet], list[Live]] = defaultdict(list)
+    leftovers: list[Live] = []
+    for live in lives:
+        if live.cpus:
+            clusters[(live.type.name, live.cpus)].append(live)
+        else:
+            leftovers.append(live)
+    # Reserved first, then in CPU order, so restored instances are numbered predictably.
+    order = sorted(clusters, key=lambda k: (k[0] != RESERVED, min(k[1]), k[0]))
+    for key in order:
+        members = clusters[key]
+        others = CpuSet.union_all(c for k, c in ((k, k[1]) for k in clusters) if k != key)
+        balloon = _restore_balloon(state, members, key[1] - others)
+        if balloon is None:
+            leftovers += members
+            continue
+        for live in members:
+            state.join(balloon, live.allocation(), live.pod.namespace, fit=False)
+    return leftovers
+
+
+def _restore_balloon(state: Balloons, members: list[Live], own: CpuSet) -> Balloon | None:
+    t = members[0].type
+    # CPUs a balloon shares with another one's containers are idle CPUs, not its own; the
+    # rest are its own, unless it also borrows idle CPUs nobody else sees (then take the
+    # size its members need, tightly).
+    need = target_cpus(t, sum(m.request for m in members), True)
+    if t.name == RESERVED:
+        need = max(need, len(state.reserved & own))
+    if t.share_idle_cpus_in_same and len(own) > need:
+        keep = state.reserved & own if t.name == RESERVED else CpuSet()
+        own = keep | pick_cpus(state.system, own - keep, need - len(keep))
+    taken = CpuSet.union_all(b.cpus for b in state.balloons)
+    if not own or not own.isdisjoint(taken) or not own.issubset(state.allowed):
+        return None
+    if t.max_balloons > 0 and len(state.of_type(t)) >= t.max_balloons:
+        return None
+    return state.create(t, cpus=own)

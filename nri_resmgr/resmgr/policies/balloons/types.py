@@ -1,0 +1,104 @@
+"""Balloon types: the configured ones plus the built-in ``reserved`` and ``default``, their
+validation, and which type a container belongs to."""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+
+import attrs
+
+from nri_resmgr.config.models import BalloonsSpec, BalloonType
+from nri_resmgr.errors import ConfigError
+from nri_resmgr.resmgr.annotations import lookup
+from nri_resmgr.resmgr.model import Container, Pod
+
+log = logging.getLogger(__name__)
+
+RESERVED = "reserved"
+DEFAULT = "default"
+KUBE_SYSTEM = "kube-system"
+ANNOTATION = "balloon.balloons"
+"""``balloon.balloons.resource-policy.nri.io`` (with ``/pod`` and ``/container.<name>``)."""
+PRIORITY_ORDER = {"high": 0, "normal": 1, "low": 2, "none": 3}
+
+
+def balloon_types(spec: BalloonsSpec) -> list[BalloonType]:
+    """The types in matching order: reserved first and default last unless user-defined."""
+    errors = _validate(spec)
+    if errors:
+        raise ConfigError(errors)
+    types = list(spec.balloon_types)
+    names = {t.name for t in types}
+    if RESERVED not in names:
+        types.insert(0, BalloonType(name=RESERVED, min_balloons=1, max_balloons=1))
+    if DEFAULT not in names:
+        types.append(BalloonType(name=DEFAULT, min_balloons=1))
+    return types
+
+
+def _validate(spec: BalloonsSpec) -> list[str]:
+    errors: list[str] = []
+    seen: set[str] = set()
+    for i, t in enumerate(spec.balloon_types):
+        where = f"spec.balloonTypes[{i}]"
+        if not t.name:
+            errors.append(f"{where}.name: required")
+        elif t.name in seen:
+            errors.append(f"{where}.name: duplicate balloon type name {t.name!r}")
+        seen.add(t.name)
+        if t.max_cpus > 0 and t.min_cpus > t.max_cpus:
+            errors.append(f"{where}: minCPUs ({t.min_cpus}) exceeds maxCPUs ({t.max_cpus})")
+        if t.min_cpus < 0 or t.min_balloons < 0 or t.max_balloons < 0:
+            errors.append(f"{where}: minCPUs, minBalloons and maxBalloons must not be negative")
+        if t.max_balloons > 0 and t.min_balloons > t.max_balloons:
+            errors.append(
+                f"{where}: minBalloons ({t.min_balloons}) exceeds maxBalloons ({t.max_balloons})"
+            )
+        for j, glob in enumerate(t.namespaces):
+            if not glob:
+                errors.append(f"{where}.namespaces[{j}]: empty pattern")
+    return errors
+
+
+def creation_order(types: list[BalloonType]) -> list[BalloonType]:
+    """The order minBalloons instances are created in: by allocatorPriority, then list order."""
+    return sorted(types, key=lambda t: PRIORITY_ORDER.get(t.allocator_priority, 3))
+
+
+def _matches(namespace: str, globs: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(namespace, g) for g in globs)
+
+
+@attrs.frozen
+class Matcher:
+    types: tuple[BalloonType, ...]
+    reserved_namespaces: tuple[str, ...]
+
+    def by_name(self, name: str) -> BalloonType | None:
+        return next((t for t in self.types if t.name == name), None)
+
+    def type_for(self, pod: Pod, container: Container) -> BalloonType:
+        wanted = lookup(pod, container, ANNOTATION)
+        if wanted is not None:
+            t = self.by_name(wanted.strip())
+            if t is not None:
+                return t
+            log.warning(
+                "%s/%s/%s: unknown balloon type %r in annotation %s; matching by namespace",
+                pod.namespace,
+                pod.name,
+                container.name,
+                wanted,
+                ANNOTATION,
+            )
+        for t in self.types:
+            if t.name == RESERVED and _matches(
+                pod.namespace, (KUBE_SYSTEM, *self.reserved_namespaces)
+            ):
+                return t
+            if _matches(pod.namespace, t.namespaces):
+                return t
+        default = self.by_name(DEFAULT)
+        assert default is not None
+        return default

@@ -1,0 +1,167 @@
+"""topology-aware: exclusive CPUs for Guaranteed containers in the tightest fitting pool of
+the hardware tree, shared CPUs for the rest, reserved CPUs for kube-system."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import attrs
+
+from nri_resmgr.config.models import PolicySpec, TopologyAwareSpec
+from nri_resmgr.errors import ConfigError
+from nri_resmgr.resmgr.annotations import lookup_bool
+from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
+from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
+from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
+from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
+from nri_resmgr.resmgr.policies.topology_aware.pools import build_pools
+from nri_resmgr.resmgr.policies.topology_aware.preferences import wanted
+from nri_resmgr.resmgr.policies.topology_aware.restore import Live, restore
+from nri_resmgr.resmgr.policy import PolicyBase, PolicyEnv
+from nri_resmgr.resmgr.requests import container_request
+from nri_resmgr.sysfs import System, discover
+
+log = logging.getLogger(__name__)
+
+
+class TopologyAwarePolicy(PolicyBase):
+    name = "topology-aware"
+
+    def __init__(self, system: System | None = None) -> None:
+        super().__init__()
+        self._system = system
+        self._engine: Engine | None = None
+        self.pods: dict[str, Pod] = {}
+        self.containers: dict[str, Container] = {}
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise RuntimeError("topology-aware: used before setup()")
+        return self._engine
+
+    # -- configuration --------------------------------------------------------------------
+
+    def setup(self, spec: PolicySpec, env: PolicyEnv) -> None:
+        super().setup(spec, env)
+        if self._system is None:
+            self._system = discover(env.host_root)
+        self._engine = self._build(spec)
+        log.info(
+            "topology-aware pools: %s", ", ".join(f"{p.name}={p.cpus}" for p in self._engine.pools)
+        )
+
+    def _build(self, spec: PolicySpec) -> Engine:
+        if not isinstance(spec, TopologyAwareSpec):
+            raise ConfigError(
+                f"spec: topology-aware needs a TopologyAwarePolicy spec, got {type(spec).__name__}"
+            )
+        assert self._system is not None
+        allowed = allowed_cpus(self._system, spec.available_resources)
+        reserved = reserved_cpus(self._system, spec.reserved_resources, allowed)
+        return Engine(self._system, spec, build_pools(self._system), allowed, reserved)
+
+    def reconfigure(self, spec: PolicySpec) -> list[Update]:
+        engine = self._build(spec)
+        old = self.engine
+        lives = []
+        for a in old.cache:
+            container = self.containers.get(a.container_id)
+            pod = self.pods.get(a.pod_id)
+            if container is not None and pod is not None:
+                lives.append(self._live(engine, pod, container, a.cpus, a.mems))
+        self._engine = engine
+        return restore(engine, lives)
+
+    # -- synchronization ------------------------------------------------------------------
+
+    def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> list[Update]:
+        self.pods = {p.id: p for p in pods}
+        self.containers = {}
+        lives = []
+        for c in containers:
+            pod = self.pods.get(c.pod_id)
+            if pod is None or c.state is ContainerState.STOPPED:
+                continue
+            self.containers[c.id] = c
+            res = c.resources or Resources()
+            lives.append(
+                self._live(
+                    self.engine, pod, c, _parse(res.cpuset_cpus, c), _parse(res.cpuset_mems, c)
+                )
+            )
+        updates = restore(self.engine, lives)
+        log.info("synchronized %d containers, %d updates", len(lives), len(updates))
+        return updates
+
+    def _live(
+        self, engine: Engine, pod: Pod, c: Container, cpus: CpuSet | None, mems: CpuSet | None
+    ) -> Live:
+        want = wanted(pod, c, container_request(pod, c), engine.spec, bool(engine.reserved))
+        keep_mems = lookup_bool(pod, c, "memory.preserve") is True
+        return Live(pod, c, want, keep_mems, cpus, mems)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def run_pod_sandbox(self, pod: Pod) -> None:
+        self.pods[pod.id] = pod
+
+    def update_pod_sandbox(self, pod: Pod) -> None:
+        self.pods[pod.id] = pod
+
+    def remove_pod_sandbox(self, pod: Pod) -> None:
+        self.pods.pop(pod.id, None)
+
+    def create_container(self, pod: Pod, container: Container) -> tuple[Adjustment, list[Update]]:
+        self.pods.setdefault(pod.id, pod)
+        self.containers[container.id] = container
+        engine = self.engine
+        engine.release(container.id)
+        live = self._live(engine, pod, container, None, None)
+        a = engine.grant(container.id, pod.id, live.name, live.want, keep_mems=live.keep_mems)
+        adjustment = engine.adjustment(a)
+        log.info(
+            "%s: %s in %s: cpus %s mems %s",
+            live.name,
+            a.kind.value,
+            a.pool,
+            adjustment.cpuset_cpus,
+            adjustment.cpuset_mems,
+        )
+        return adjustment, engine.refresh(skip=container.id)
+
+    def update_container(
+        self, pod: Pod, container: Container, resources: Resources
+    ) -> list[Update]:
+        engine = self.engine
+        old = engine.cache.get(container.id)
+        changed = attrs.evolve(container, resources=resources)
+        self.containers[container.id] = changed
+        live = self._live(engine, pod, changed, None, None)
+        if old is not None and (old.kind, old.request) == (live.want.kind, live.want.request):
+            return []
+        engine.release(container.id)
+        hint = old.pool if old is not None else None
+        a = engine.grant(container.id, pod.id, live.name, live.want, hint, live.keep_mems)
+        own = Update(container.id, engine.adjustment(a))
+        return [own, *engine.refresh(skip=container.id)]
+
+    def stop_container(self, pod: Pod, container: Container) -> list[Update]:
+        if self.engine.release(container.id) is None:
+            return []
+        return self.engine.refresh()
+
+    def remove_container(self, pod: Pod, container: Container) -> list[Update]:
+        self.containers.pop(container.id, None)
+        return self.stop_container(pod, container)
+
+
+def _parse(text: str | None, c: Container) -> CpuSet | None:
+    if not text:
+        return None
+    try:
+        return CpuSet.parse(text)
+    except CpuSetError as e:
+        log.warning("container %s: ignoring unparsable cpuset %r: %s", c.id, text, e)
+        return None

@@ -1,0 +1,75 @@
+"""How a container wants its CPUs: the QoS/annotation table of nri-plugins' topology-aware."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+
+import attrs
+
+from nri_resmgr.config.models import TopologyAwareSpec
+from nri_resmgr.resmgr.annotations import lookup_bool
+from nri_resmgr.resmgr.cache import Kind
+from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.resmgr.requests import QoS, Request
+
+KUBE_SYSTEM = "kube-system"
+
+
+@attrs.frozen
+class Want:
+    kind: Kind
+    exclusive: int = 0
+    """Number of exclusive CPUs."""
+    request: int = 0
+    """mCPU, the whole request."""
+    isolated: bool = False
+    unlimited: bool = False
+    """A burstable container without a CPU limit (placed at the unlimitedBurstable level)."""
+
+
+def in_reserved_namespace(namespace: str, extra: Sequence[str]) -> bool:
+    return namespace == KUBE_SYSTEM or any(fnmatch.fnmatchcase(namespace, g) for g in extra)
+
+
+def wanted(
+    pod: Pod, container: Container, req: Request, spec: TopologyAwareSpec, has_reserved: bool
+) -> Want:
+    r = req.cpu_request
+    if lookup_bool(pod, container, "cpu.preserve"):
+        return Want(Kind.PRESERVE, request=r)
+    prefer_reserved = lookup_bool(pod, container, "prefer-reserved-cpus")
+    reserved_ns = in_reserved_namespace(pod.namespace, spec.reserved_pool_namespaces)
+    if has_reserved and (prefer_reserved or (reserved_ns and prefer_reserved is not False)):
+        return Want(Kind.RESERVED, request=r)
+    if req.qos is QoS.BURSTABLE:
+        return Want(Kind.SHARED, request=r, unlimited=req.cpu_limit is None)
+    if req.qos is QoS.BESTEFFORT:
+        return Want(Kind.SHARED, request=0)
+    return _guaranteed(pod, container, r, spec)
+
+
+def _guaranteed(pod: Pod, container: Container, r: int, spec: TopologyAwareSpec) -> Want:
+    cores, frac = divmod(r, 1000)
+    shared_annotation = lookup_bool(pod, container, "prefer-shared-cpus")
+    isolated_annotation = lookup_bool(pod, container, "prefer-isolated-cpus")
+    prefer_shared = spec.prefer_shared_cpus if shared_annotation is None else shared_annotation
+    prefer_isolated = (
+        spec.prefer_isolated_cpus if isolated_annotation is None else isolated_annotation
+    )
+    shared = Want(Kind.SHARED, request=r)
+    if cores == 0:
+        return shared
+    mixed_or_exclusive = Kind.MIXED if frac else Kind.EXCLUSIVE
+    if r < 2000:
+        if prefer_shared:
+            return shared
+        return Want(mixed_or_exclusive, cores, r, isolated=prefer_isolated)
+    if frac:
+        if shared_annotation is False:
+            return Want(Kind.MIXED, cores, r, isolated=prefer_isolated)
+        return shared
+    if prefer_shared:
+        return shared
+    # Multi-CPU exclusive requests go isolated only when annotated so, not by config default.
+    return Want(Kind.EXCLUSIVE, cores, r, isolated=isolated_annotation is True)

@@ -1,0 +1,184 @@
+"""Re-derive grants from the cpusets running containers already have (after a restart or a
+reconfiguration), so that containers stay where they are whenever that is still valid."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+
+import attrs
+
+from nri_resmgr.resmgr.cache import Allocation, Kind
+from nri_resmgr.resmgr.cpualloc import pick_cpus
+from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.resmgr.model import Container, Pod, Update
+from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
+from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class Live:
+    """A running container, what it wants, and the cpuset/mems it has now."""
+
+    pod: Pod
+    container: Container
+    want: Want
+    keep_mems: bool
+    cpus: CpuSet | None
+    mems: CpuSet | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.pod.namespace}/{self.pod.name}/{self.container.name}"
+
+
+def restore(engine: Engine, lives: Sequence[Live]) -> list[Update]:
+    engine.cache.clear()
+    users = _cpu_users(lives)
+    pending: list[Live] = []
+    for live in lives:
+        kind = live.want.kind
+        if kind in (Kind.RESERVED, Kind.PRESERVE):
+            _grant(engine, live)
+        elif not (kind is Kind.EXCLUSIVE and _claim_exclusive(engine, live, users)):
+            pending.append(live)
+    mixed = [p for p in pending if p.want.kind is Kind.MIXED]
+    # What cannot be read back as exclusive may be a container that fell back to shared CPUs.
+    others = [p for p in pending if p.want.kind is not Kind.MIXED]
+    maybe_shared = _restore_mixed(engine, mixed, others, users)
+    maybe_shared += others
+    leftovers = _restore_shared(engine, maybe_shared)
+    for live in leftovers:
+        log.info("%s: current cpuset %s cannot be kept; re-allocating", live.name, live.cpus)
+        _grant(engine, live)
+    for live in lives:
+        a = engine.cache.get(live.container.id)
+        if a is not None:
+            engine.cache.put(attrs.evolve(a, cpus=live.cpus, mems=live.mems))
+    return engine.refresh()
+
+
+def _grant(engine: Engine, live: Live) -> None:
+    engine.grant(live.container.id, live.pod.id, live.name, live.want, keep_mems=live.keep_mems)
+
+
+def _home_pool(engine: Engine, cpus: CpuSet, mems: CpuSet | None) -> int | None:
+    containing = [p for p in engine.pools if cpus.issubset(p.cpus)]
+    matching = [p for p in containing if mems is not None and p.mems == mems]
+    candidates = matching or containing
+    if not candidates:
+        return None
+    return max(candidates, key=lambda p: (p.depth, -p.index)).index
+
+
+def _put(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: CpuSet) -> None:
+    engine.cache.put(
+        Allocation(
+            live.container.id,
+            live.pod.id,
+            live.name,
+            engine.pools[pool].name,
+            kind,
+            live.want.request,
+            exclusive=exclusive,
+            isolated=bool(exclusive) and exclusive.issubset(engine.isolated),
+            keep_mems=live.keep_mems,
+        )
+    )
+
+
+def _cpu_users(lives: Sequence[Live]) -> dict[int, int]:
+    """How many containers (reserved and preserved ones aside) have each CPU in their cpuset."""
+    users: dict[int, int] = defaultdict(int)
+    for live in lives:
+        if live.cpus and live.want.kind not in (Kind.RESERVED, Kind.PRESERVE):
+            for cpu in live.cpus:
+                users[cpu] += 1
+    return users
+
+
+def _only_mine(cpus: CpuSet, users: dict[int, int]) -> bool:
+    return all(users.get(cpu, 0) == 1 for cpu in cpus)
+
+
+def _claim_exclusive(engine: Engine, live: Live, users: dict[int, int]) -> bool:
+    cpus = live.cpus
+    if not cpus or len(cpus) != live.want.exclusive or not _only_mine(cpus, users):
+        return False
+    free = (engine.sharable[0] | engine.isolated) - engine.cache.exclusive_cpus()
+    pool = _home_pool(engine, cpus, live.mems)
+    if pool is None or not cpus.issubset(free):
+        return False
+    _put(engine, live, pool, Kind.EXCLUSIVE, cpus)
+    return True
+
+
+def _restore_mixed(
+    engine: Engine, mixed: list[Live], witnesses: list[Live], users: dict[int, int]
+) -> list[Live]:
+    # Containers in one pool all carry that pool's shared CPUs; with two or more of them,
+    # the CPUs they have in common are the shared part and the rest is each one's own.
+    groups: dict[int, list[Live]] = defaultdict(list)
+    seen: dict[int, list[CpuSet]] = defaultdict(list)
+    leftovers: list[Live] = []
+    for live in mixed:
+        pool = _home_pool(engine, live.cpus, live.mems) if live.cpus else None
+        if pool is None:
+            leftovers.append(live)
+        else:
+            groups[pool].append(live)
+            seen[pool].append(live.cpus)  # type: ignore[arg-type]
+    for w in witnesses:
+        pool = _home_pool(engine, w.cpus, w.mems) if w.cpus else None
+        if pool in groups and w.cpus is not None:
+            seen[pool].append(w.cpus)
+    for pool, members in groups.items():
+        sets = seen[pool]
+        common = sets[0]
+        for s in sets[1:]:
+            common = common & s
+        for live in members:
+            assert live.cpus is not None
+            taken = engine.cache.exclusive_cpus()
+            free = (engine.sharable[pool] | engine.isolated_of[pool]) - taken
+            own = live.cpus - common if len(sets) > 1 else CpuSet()
+            if live.cpus & engine.isolated:
+                # Isolated CPUs are never shared, so they can only be this one's own.
+                own = live.cpus & engine.isolated
+            if len(sets) > 1 and not own:
+                leftovers.append(live)  # it has only the common, shared CPUs
+                continue
+            if (
+                len(own) != live.want.exclusive
+                or not own.issubset(free)
+                or not _only_mine(own, users)
+            ):
+                usable = (live.cpus & free) - engine.isolated
+                if len(usable) <= live.want.exclusive:
+                    leftovers.append(live)
+                    continue
+                own = pick_cpus(engine.system, usable, live.want.exclusive)
+            _put(engine, live, pool, Kind.MIXED, own)
+    return leftovers
+
+
+def _restore_shared(engine: Engine, shared: list[Live]) -> list[Live]:
+    taken = engine.cache.exclusive_cpus()
+    by_set: dict[CpuSet, list[int]] = defaultdict(list)
+    for p in engine.pools:
+        by_set[engine.shared_cpus(p.index, taken)].append(p.index)
+    leftovers: list[Live] = []
+    for live in shared:
+        pools = by_set.get(live.cpus, []) if live.cpus else []
+        if not pools:
+            leftovers.append(live)
+            continue
+        matching = [i for i in pools if engine.pools[i].mems == live.mems]
+        best = max(matching or pools, key=lambda i: (engine.pools[i].depth, -i))
+        _put(engine, live, best, Kind.SHARED, CpuSet())
+        if live.want.kind is not Kind.SHARED:
+            log.info("%s: restored as shared (exclusive CPUs were not available)", live.name)
+    return leftovers

@@ -1,0 +1,190 @@
+"""Discover CPUs, cores, dies, packages, NUMA nodes and isolated CPUs from ``<host_root>/sys``.
+
+The result is a frozen snapshot: policies build their pools from it once per configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+
+from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
+
+log = logging.getLogger(__name__)
+
+_MEMTOTAL = re.compile(r"MemTotal:\s+(\d+)\s*kB")
+
+
+class SysfsError(RuntimeError):
+    """sysfs is missing or unreadable where the topology must come from."""
+
+
+@attrs.frozen
+class Cpu:
+    id: int
+    package: int
+    die: int
+    node: int
+    threads: CpuSet
+    """The hyperthreads of this CPU's core (itself included)."""
+
+
+@attrs.frozen
+class NumaNode:
+    id: int
+    cpus: CpuSet
+    memory: int
+    """MemTotal in bytes."""
+    distances: Mapping[int, int]
+
+
+@attrs.frozen
+class System:
+    cpus: Mapping[int, Cpu]
+    nodes: Mapping[int, NumaNode]
+    isolated: CpuSet
+
+    @property
+    def online(self) -> CpuSet:
+        return CpuSet(self.cpus)
+
+    def packages(self) -> list[int]:
+        return sorted({c.package for c in self.cpus.values()})
+
+    def package_cpus(self, package: int) -> CpuSet:
+        return CpuSet(c.id for c in self.cpus.values() if c.package == package)
+
+    def dies(self, package: int) -> list[int]:
+        return sorted({c.die for c in self.cpus.values() if c.package == package})
+
+    def die_cpus(self, package: int, die: int) -> CpuSet:
+        return CpuSet(c.id for c in self.cpus.values() if (c.package, c.die) == (package, die))
+
+    def nodes_of(self, cpus: CpuSet) -> list[int]:
+        """The NUMA nodes that hold any of ``cpus``."""
+        return sorted({self.cpus[i].node for i in cpus if i in self.cpus})
+
+    def closest_memory(self, cpus: CpuSet) -> CpuSet:
+        """The NUMA nodes with memory nearest to ``cpus`` (their own nodes if those have memory)."""
+        own = [n for n in self.nodes_of(cpus) if self.nodes[n].memory > 0]
+        if own:
+            return CpuSet(own)
+        candidates = [n for n in self.nodes.values() if n.memory > 0]
+        if not candidates:
+            return CpuSet(self.nodes_of(cpus))
+        sources = self.nodes_of(cpus)
+
+        def distance(n: NumaNode) -> int:
+            return min((self.nodes[s].distances.get(n.id, 255) for s in sources), default=255)
+
+        best = min(distance(n) for n in candidates)
+        return CpuSet(n.id for n in candidates if distance(n) == best)
+
+    def core_of(self, cpu: int) -> CpuSet:
+        return self.cpus[cpu].threads
+
+
+def discover(host_root: str = "") -> System:
+    """Read the topology under ``<host_root>/sys``; raise SysfsError if it is not there."""
+    sys_dir = Path(host_root or "/") / "sys"
+    cpu_dir = sys_dir / "devices/system/cpu"
+    online_text = _read(cpu_dir / "online")
+    if online_text is None:
+        raise SysfsError(f"{cpu_dir / 'online'}: cannot read the online CPUs")
+    online = _parse(online_text, cpu_dir / "online")
+    node_of = _numa_membership(sys_dir / "devices/system/node", online)
+    cpus = {i: _read_cpu(cpu_dir / f"cpu{i}", i, node_of.get(i, 0)) for i in online}
+    nodes = _read_nodes(sys_dir / "devices/system/node", node_of, online, host_root)
+    isolated = _parse(_read(cpu_dir / "isolated") or "", cpu_dir / "isolated") & online
+    system = System(cpus=cpus, nodes=nodes, isolated=isolated)
+    log.debug("discovered %d CPUs, %d NUMA nodes", len(cpus), len(nodes))
+    return system
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _parse(text: str, path: Path) -> CpuSet:
+    try:
+        return CpuSet.parse(text)
+    except CpuSetError as e:
+        raise SysfsError(f"{path}: {e}") from e
+
+
+def _read_int(path: Path, default: int) -> int:
+    text = _read(path)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError as e:
+        raise SysfsError(f"{path}: {text!r} is not an integer") from e
+
+
+def _read_cpu(path: Path, cpu: int, node: int) -> Cpu:
+    topo = path / "topology"
+    siblings_text = _read(topo / "thread_siblings_list")
+    threads = _parse(siblings_text, topo) if siblings_text else CpuSet([cpu])
+    return Cpu(
+        id=cpu,
+        package=max(_read_int(topo / "physical_package_id", 0), 0),
+        die=max(_read_int(topo / "die_id", 0), 0),
+        node=node,
+        threads=threads | CpuSet([cpu]),
+    )
+
+
+def _node_ids(node_dir: Path) -> list[int]:
+    if not node_dir.is_dir():
+        return []
+    ids = [int(p.name[4:]) for p in node_dir.glob("node*") if p.name[4:].isdigit()]
+    return sorted(ids)
+
+
+def _numa_membership(node_dir: Path, online: CpuSet) -> dict[int, int]:
+    membership: dict[int, int] = {}
+    for n in _node_ids(node_dir):
+        cpulist = node_dir / f"node{n}" / "cpulist"
+        for cpu in _parse(_read(cpulist) or "", cpulist) & online:
+            membership[cpu] = n
+    return membership
+
+
+def _read_nodes(
+    node_dir: Path, node_of: Mapping[int, int], online: CpuSet, host_root: str
+) -> dict[int, NumaNode]:
+    ids = _node_ids(node_dir)
+    if not ids:
+        # A kernel without NUMA support: everything is one node.
+        memory = _memtotal(Path(host_root or "/") / "proc/meminfo")
+        return {0: NumaNode(id=0, cpus=online, memory=memory, distances={0: 10})}
+    nodes: dict[int, NumaNode] = {}
+    for n in ids:
+        cpus = CpuSet(c for c, node in node_of.items() if node == n)
+        memory = _memtotal(node_dir / f"node{n}" / "meminfo")
+        distances = _distances(node_dir / f"node{n}" / "distance", ids, n)
+        nodes[n] = NumaNode(id=n, cpus=cpus, memory=memory, distances=distances)
+    return nodes
+
+
+def _memtotal(path: Path) -> int:
+    match = _MEMTOTAL.search(_read(path) or "")
+    return int(match.group(1)) * 1024 if match else 0
+
+
+def _distances(path: Path, ids: list[int], own: int) -> dict[int, int]:
+    text = _read(path)
+    if not text:
+        return {n: (10 if n == own else 20) for n in ids}
+    values = text.split()
+    if len(values) != len(ids) or not all(v.isdigit() for v in values):
+        raise SysfsError(f"{path}: expected {len(ids)} distances, got {text!r}")
+    return dict(zip(ids, (int(v) for v in values), strict=True))

@@ -1,0 +1,294 @@
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nri_resmgr.errors import ConfigError
+from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.resmgr.policies import create_policy
+from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
+from tests.policies.workload import (
+    Runtime,
+    besteffort,
+    burstable,
+    guaranteed,
+    start,
+    topology_spec,
+)
+from tests.sysfs.fakesys import (
+    FOUR_NUMA_DIES,
+    N4C16,
+    N4C16_ISOLATED,
+    ONE_SOCKET_4CPU,
+    SPARSE,
+    Layout,
+)
+
+P = "resource-policy.nri.io"
+
+
+def policy(tmp_path: Path, layout: Layout = N4C16, **spec: Any) -> TopologyAwarePolicy:
+    p = TopologyAwarePolicy()
+    start(p, tmp_path, layout, topology_spec(**spec))
+    return p
+
+
+@pytest.mark.parametrize(
+    ("layout", "pools"),
+    [
+        (ONE_SOCKET_4CPU, ["socket #0=0-3"]),
+        (
+            N4C16,
+            [
+                "root=0-15",
+                "socket #0=0-7",
+                "NUMA node #0=0-3",
+                "NUMA node #1=4-7",
+                "socket #1=8-15",
+                "NUMA node #2=8-11",
+                "NUMA node #3=12-15",
+            ],
+        ),
+        (
+            FOUR_NUMA_DIES,
+            [
+                "socket #0=0-15",
+                "die #0/0=0-7",
+                "NUMA node #0=0-3",
+                "NUMA node #1=4-7",
+                "die #0/1=8-15",
+                "NUMA node #2=8-11",
+                "NUMA node #3=12-15",
+            ],
+        ),
+        (SPARSE, ["socket #0=0-1,4-5,64-67", "NUMA node #0=0-1,4-5", "NUMA node #1=64-67"]),
+        (
+            Layout(packages=1, nodes_per_die=2, cores_per_node=2, memoryless_nodes=(1,)),
+            ["socket #0=0-3"],
+        ),
+    ],
+)
+def test_pool_tree(tmp_path: Path, layout: Layout, pools: list[str]) -> None:
+    p = policy(tmp_path, layout)
+    assert [f"{x.name}={x.cpus}" for x in p.engine.pools] == pools
+
+
+def test_registered() -> None:
+    assert isinstance(create_policy("topology-aware"), TopologyAwarePolicy)
+
+
+def test_basic_placement_spreads_over_numa_nodes(tmp_path: Path) -> None:
+    # e2e test00: four 1-CPU guaranteed containers land on four different NUMA nodes.
+    rt = Runtime(policy(tmp_path))
+    got = [rt.placement(rt.create(guaranteed(f"g{i}", 1000))) for i in range(4)]
+    assert got == [("4", "1"), ("8", "2"), ("12", "3"), ("1", "0")]
+
+
+@pytest.mark.parametrize(
+    ("workload", "expected"),
+    [
+        # (kind, mCPU, annotations) -> (cpus, mems)
+        ([("g", 2000, {})], [("4-5", "1")]),
+        ([("g", 4000, {})], [("4-7", "1")]),
+        ([("g", 6000, {})], [("8-13", "2-3")]),  # no NUMA node holds 6: a socket does
+        ([("g", 1500, {})], [("4-7", "1")]),  # 1 exclusive + the pool's shared CPUs
+        ([("g", 2500, {})], [("4-7", "1")]),  # >= 2 CPUs fractional: shared
+        ([("g", 2500, {f"prefer-shared-cpus.{P}": "false"})], [("4-7", "1")]),
+        ([("g", 1000, {f"prefer-shared-cpus.{P}": "true"})], [("4-7", "1")]),
+        ([("g", 500, {})], [("4-7", "1")]),
+        ([("bu", 1500, {}), ("g", 2000, {})], [("4-7", "1"), ("8-9", "2")]),
+        ([("be", 0, {}), ("be", 0, {})], [("4-7", "1"), ("8-11", "2")]),
+    ],
+)
+def test_placement_table(
+    tmp_path: Path,
+    workload: list[tuple[str, int, dict[str, str]]],
+    expected: list[tuple[str, str]],
+) -> None:
+    rt = Runtime(policy(tmp_path))
+    made = []
+    for i, (kind, milli, ann) in enumerate(workload):
+        if kind == "g":
+            made.append(rt.create(guaranteed(f"w{i}", milli, annotations=ann)))
+        elif kind == "bu":
+            made.append(rt.create(burstable(f"w{i}", milli, 4 * milli)))
+        else:
+            made.append(rt.create(besteffort(f"w{i}")))
+    assert [rt.placement(c) for c in made] == expected
+
+
+def test_shared_pool_shrinks_and_grows(tmp_path: Path) -> None:
+    # e2e test02: exclusive slices shrink, then regrow, the shared set of a BestEffort.
+    rt = Runtime(policy(tmp_path, ONE_SOCKET_4CPU, reserved="cpuset:0"))
+    be = rt.create(besteffort("be"))
+    assert rt.placement(be) == ("1-3", "0")
+    g1 = rt.create(guaranteed("g1", 1000))
+    assert rt.cpus[g1.id] == "1"
+    assert rt.updated == [be.id] and rt.cpus[be.id] == "2-3"
+    # The last shared CPU of a busy pool is never taken: a second 1-CPU request is refused
+    # exclusive CPUs and shares instead.
+    g2 = rt.create(guaranteed("g2", 2000))
+    assert rt.cpus[g2.id] == "2-3" and rt.updated == []
+    rt.remove(g1)
+    assert sorted(rt.updated) == sorted([be.id, g2.id])
+    assert rt.cpus[be.id] == "1-3" and rt.cpus[g2.id] == "1-3"
+
+
+def test_idle_shared_pool_can_be_sliced_empty(tmp_path: Path) -> None:
+    rt = Runtime(policy(tmp_path, ONE_SOCKET_4CPU, reserved="cpuset:0"))
+    g = rt.create(guaranteed("g", 3000))
+    assert rt.placement(g) == ("1-3", "0")
+
+
+def test_burstable_unlimited_goes_to_the_socket(tmp_path: Path) -> None:
+    rt = Runtime(policy(tmp_path))
+    bu = rt.create(burstable("bu", 200, None))
+    assert rt.placement(bu) == ("8-15", "2-3")  # the socket with more free CPUs
+    root = Runtime(policy(tmp_path / "b", unlimited_burstable="system"))
+    assert root.placement(root.create(burstable("bu", 200, None))) == ("1-15", "0-3")
+
+
+@pytest.mark.parametrize(
+    ("reserved", "namespace", "annotations", "expected"),
+    [
+        ("750m", "kube-system", {}, "0"),
+        ("cpuset:0-1", "kube-system", {}, "0-1"),
+        ("cpuset:0-1", "monitoring-a", {}, "0-1"),  # reservedPoolNamespaces glob
+        ("cpuset:0-1", "kube-system", {f"prefer-reserved-cpus.{P}/pod": "false"}, "4-7"),
+        ("cpuset:0-1", "default", {f"prefer-reserved-cpus.{P}": "true"}, "0-1"),
+        (
+            "cpuset:0-1",
+            "default",
+            {
+                f"prefer-reserved-cpus.{P}/pod": "true",
+                f"prefer-reserved-cpus.{P}/container.c0": "false",
+            },
+            "4-7",
+        ),
+    ],
+)
+def test_reserved(
+    tmp_path: Path, reserved: str, namespace: str, annotations: dict[str, str], expected: str
+) -> None:
+    rt = Runtime(policy(tmp_path, reserved=reserved, reserved_pool_namespaces=("monitoring-*",)))
+    c = rt.create(besteffort("sys", namespace=namespace, annotations=annotations))
+    assert rt.cpus[c.id] == expected
+
+
+def test_reserved_cpus_are_not_shared(tmp_path: Path) -> None:
+    rt = Runtime(policy(tmp_path, ONE_SOCKET_4CPU, reserved="cpuset:0-1"))
+    assert rt.cpus[rt.create(besteffort("be")).id] == "2-3"
+
+
+@pytest.mark.parametrize(
+    ("available", "exclusive", "shared"),
+    [
+        ("cpuset:4-11", "8", "5-7"),  # reserved 750m is picked inside available: cpu 4
+        ("exclude-cpuset:0-7", "12", "9-11"),  # reserved: cpu 8
+    ],
+)
+def test_available_resources(tmp_path: Path, available: str, exclusive: str, shared: str) -> None:
+    rt = Runtime(policy(tmp_path, available=available))
+    g = rt.create(guaranteed("g", 1000))
+    be = rt.create(besteffort("be"))
+    assert rt.cpus[g.id] == exclusive
+    assert CpuSet.parse(rt.cpus[be.id] or "").isdisjoint(CpuSet.parse(exclusive))
+    assert rt.cpus[be.id] == shared
+
+
+def test_isolated_cpus_preferred(tmp_path: Path) -> None:
+    rt = Runtime(policy(tmp_path, N4C16_ISOLATED))
+    g = rt.create(guaranteed("g", 1000))
+    assert rt.placement(g) == ("14", "3")
+    # Multi-CPU requests use isolated CPUs only when annotated.
+    g2 = rt.create(guaranteed("g2", 2000))
+    assert rt.cpus[g2.id] == "4-5"
+    rt.remove(g)
+    g3 = rt.create(guaranteed("g3", 2000, annotations={f"prefer-isolated-cpus.{P}": "true"}))
+    assert rt.cpus[g3.id] == "14-15"
+    # Isolated CPUs are not part of any shared pool.
+    be = rt.create(besteffort("be"))
+    assert CpuSet.parse(rt.cpus[be.id] or "").isdisjoint(CpuSet.parse("14-15"))
+
+
+def test_isolation_opt_out(tmp_path: Path) -> None:
+    rt = Runtime(policy(tmp_path, N4C16_ISOLATED, prefer_isolated_cpus=False))
+    assert rt.cpus[rt.create(guaranteed("g", 1000)).id] == "4"
+
+
+def test_prefer_shared_cpus_config_and_override(tmp_path: Path) -> None:
+    rt = Runtime(policy(tmp_path, prefer_shared_cpus=True))
+    shared = rt.create(guaranteed("g", 2000))
+    assert rt.cpus[shared.id] == "4-7"
+    excl = rt.create(guaranteed("h", 2000, annotations={f"prefer-shared-cpus.{P}": "false"}))
+    assert rt.cpus[excl.id] == "8-9"
+
+
+def test_unknown_annotation_value_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = Runtime(policy(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        g = rt.create(guaranteed("g", 1000, annotations={f"prefer-shared-cpus.{P}": "maybe"}))
+    assert rt.cpus[g.id] == "4"
+    assert "prefer-shared-cpus" in caplog.text and "'maybe'" in caplog.text
+
+
+def test_preserve_leaves_cpuset_alone(tmp_path: Path) -> None:
+    p = policy(tmp_path)
+    adj, _ = p.create_container(*guaranteed("g", 1000, annotations={f"cpu.preserve.{P}": "true"}))
+    assert adj.cpuset_cpus is None and adj.cpuset_mems is None
+
+
+def test_memory_not_pinned_when_disabled(tmp_path: Path) -> None:
+    rt = Runtime(policy(tmp_path, pin_memory=False))
+    assert rt.placement(rt.create(guaranteed("g", 1000))) == ("4", None)
+
+
+def test_too_big_request_falls_back_to_shared(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = Runtime(policy(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        g = rt.create(guaranteed("huge", 64000))
+    assert rt.cpus[g.id] is not None
+    assert "cannot give 64 exclusive CPUs" in caplog.text
+
+
+def test_update_container_moves_to_new_request(tmp_path: Path) -> None:
+    p = policy(tmp_path)
+    rt = Runtime(p)
+    pod, c = guaranteed("g", 1000)
+    rt.create((pod, c))
+    assert p.update_container(pod, c, c.resources) == []  # type: ignore[arg-type]
+    from tests.policies.workload import resources
+
+    updates = p.update_container(pod, c, resources(2000, 2000))
+    assert updates[0].container_id == c.id
+    assert updates[0].adjustment.cpuset_cpus == "4-5"  # the old pool (NUMA node #1) is kept
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"reserved": ""}, "spec.reservedResources.cpu: required"),
+        ({"reserved": "20"}, "spec.reservedResources.cpu: '20' needs 20 CPUs but only 16"),
+        ({"reserved": "cpuset:0-3", "available": "cpuset:4-15"}, "not within the available"),
+        ({"reserved": "cpuset:0-x"}, "spec.reservedResources.cpu: invalid cpuset"),
+        ({"available": "4"}, "spec.availableResources.cpu: '4': a CPU quantity"),
+        ({"available": "cpuset:99"}, "spec.availableResources.cpu: 'cpuset:99' leaves no"),
+        ({"reserved": "lots"}, "spec.reservedResources.cpu: 'lots' is not a CPU quantity"),
+    ],
+)
+def test_config_errors(tmp_path: Path, spec: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        policy(tmp_path, N4C16, **spec)
+    assert message in str(err.value)
+
+
+def test_isolated_reserved_must_be_single(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="exactly one CPU"):
+        policy(tmp_path, N4C16_ISOLATED, reserved="cpuset:13-14")
