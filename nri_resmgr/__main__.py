@@ -12,6 +12,11 @@ from nri_resmgr.log import setup_logging
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["demo"]:
+        from nri_resmgr import demo
+
+        setup_logging("warning")
+        return demo.main(args[1:])
     try:
         options = parse_options(args)
     except UsageError as exc:

@@ -60,7 +60,7 @@ def run(policy_name: str, host_root: str) -> list[Row]:
     names: dict[str, str] = {}
     rows: list[Row] = []
     for namespace, name, qos, request, limit in WORKLOAD:
-        pod, container = _workload(namespace, name, qos, request, limit)
+        pod, container = workload_objects(namespace, name, qos, request, limit)
         label = f"{namespace}/{name}"
         names[container.id] = label
         adjustment, updates = policy.create_container(pod, container)
@@ -104,7 +104,7 @@ def _render(policy_name: str, title: str, host_root: str) -> str:
     return "\n".join(lines)
 
 
-def _workload(
+def workload_objects(
     namespace: str, name: str, qos: str, request: int, limit: int | None
 ) -> tuple[Pod, Container]:
     parent = {"guaranteed": "", "burstable": "-burstable", "besteffort": "-besteffort"}[qos]
