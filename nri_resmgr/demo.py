@@ -20,7 +20,7 @@ from nri_resmgr.nri.service import NriService
 from nri_resmgr.nri.simulator import Simulator
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.policies import create_policy
-from nri_resmgr.resmgr.policies.demo import WORKLOAD, workload_objects, demo_spec
+from nri_resmgr.resmgr.policies.demo import WORKLOAD, demo_spec, workload_objects
 from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.sysfs import discover
 from nri_resmgr.sysfs.synthetic import TOPOLOGIES, write_sysfs
