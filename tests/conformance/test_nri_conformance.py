@@ -46,7 +46,9 @@ spec: {reservedResources: {cpu: "cpuset:%s"}}
 
 
 @asynccontextmanager
-async def running_daemon(harness: Harness, workdir: Path, config: str) -> AsyncIterator[Path]:
+async def running_daemon(
+    harness: Harness, workdir: Path, config: str, *extra_args: str
+) -> AsyncIterator[Path]:
     """Our daemon pointed at the harness socket, with ``config`` as its config file (the
     path is yielded: rewriting it reconfigures the running daemon)."""
     config_file = workdir / "config.yaml"
@@ -69,6 +71,7 @@ async def running_daemon(harness: Harness, workdir: Path, config: str) -> AsyncI
         str(workdir / "kubelet-registry"),
         "--log-level",
         "debug",
+        *extra_args,
     ]
     log_path = workdir / "daemon.log"
     try:
