@@ -73,9 +73,10 @@ def conformance(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmarks; prints a table and writes bench-results/*.json."""
-    install_project(session, "test")
-    session.run("python", "-m", "tests.bench", *session.posargs,
-                env={"NRI_RESMGR_CACHE": str(CACHE)})
+    install_project(session, "test", "bench")
+    session.run(
+        "python", "-m", "tests.bench", *session.posargs, env={"NRI_RESMGR_CACHE": str(CACHE)}
+    )
 
 
 @nox.session(python=PYTHON)

@@ -27,14 +27,18 @@ def main() -> int:
     shutil.rmtree(OUT_DIR, ignore_errors=True)
     OUT_DIR.mkdir(parents=True)
     cmd = [
-        sys.executable, "-m", "grpc_tools.protoc",
+        sys.executable,
+        "-m",
+        "grpc_tools.protoc",
         f"-I{PROTO_DIR}",
         f"--python_betterproto_out={OUT_DIR}",
         *protos,
     ]
     # protoc finds the betterproto plugin on PATH; the venv's bin may not be on it.
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent),
-                                                  os.environ.get("PATH", "")])}
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
     subprocess.run(cmd, check=True, cwd=PROTO_DIR, env=env)
     # Every directory must be a package, so the generated modules import by absolute name.
     for d in [OUT_DIR, *sorted(p for p in OUT_DIR.rglob("*") if p.is_dir())]:
