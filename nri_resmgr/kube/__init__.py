@@ -1,0 +1,43 @@
+"""Kubernetes API access: cluster config, a small async client on httpx, resilient watches."""
+
+from nri_resmgr.kube.client import KubeClient, KubeObject, ObjectList, PatchType
+from nri_resmgr.kube.config import ClusterConfig, load_config, load_in_cluster, load_kubeconfig
+from nri_resmgr.kube.errors import (
+    AlreadyExists,
+    ApiError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Gone,
+    Invalid,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+)
+from nri_resmgr.kube.resources import ApiResource
+from nri_resmgr.kube.watch import EventType, Watch, WatchEvent
+
+__all__ = [
+    "AlreadyExists",
+    "ApiError",
+    "ApiResource",
+    "BadRequest",
+    "ClusterConfig",
+    "Conflict",
+    "EventType",
+    "Forbidden",
+    "Gone",
+    "Invalid",
+    "KubeClient",
+    "KubeObject",
+    "NotFound",
+    "ObjectList",
+    "PatchType",
+    "Unauthorized",
+    "Unavailable",
+    "Watch",
+    "WatchEvent",
+    "load_config",
+    "load_in_cluster",
+    "load_kubeconfig",
+]

@@ -1,0 +1,277 @@
+"""An async Kubernetes API client on httpx: object CRUD, patches, lists and raw watch streams.
+
+Objects are plain JSON dicts (``KubeObject``); callers structure the parts they need.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import httpx
+
+from nri_resmgr.kube.auth import BearerAuth
+from nri_resmgr.kube.config import ClusterConfig
+from nri_resmgr.kube.errors import ApiError, connection_error, error_from_body
+from nri_resmgr.kube.resources import ApiResource
+
+if TYPE_CHECKING:
+    from nri_resmgr.backoff import Backoff
+    from nri_resmgr.kube.watch import Watch
+
+log = logging.getLogger(__name__)
+
+KubeObject = dict[str, Any]
+# A merge/strategic patch is an object, a JSON patch a list of operations.
+PatchBody = KubeObject | list[KubeObject]
+
+LIST_PAGE_SIZE = 500
+
+
+class PatchType(enum.Enum):
+    """The patch flavours, named by their content type."""
+
+    MERGE = "application/merge-patch+json"
+    JSON = "application/json-patch+json"
+    STRATEGIC = "application/strategic-merge-patch+json"
+
+
+@attrs.frozen
+class ObjectList:
+    """A full list and the resourceVersion to watch from to see every later change."""
+
+    items: tuple[KubeObject, ...]
+    resource_version: str
+
+
+class KubeClient:
+    """One connection pool to one API server. Close it with ``aclose()`` or ``async with``."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        timeout: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.config = config
+        self.timeout = timeout
+        verify: Any = config.ssl_context() if config.server.startswith("https:") else True
+        self._http = httpx.AsyncClient(
+            base_url=config.server,
+            verify=verify,
+            auth=BearerAuth(config.token) if config.token else None,
+            timeout=httpx.Timeout(timeout),
+            transport=transport,
+            headers={"Accept": "application/json", "User-Agent": "nri-resmgr"},
+        )
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def get(
+        self,
+        resource: ApiResource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> KubeObject:
+        return await self.request("GET", resource.object_path(name, namespace, subresource))
+
+    async def list(
+        self,
+        resource: ApiResource,
+        namespace: str | None = None,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+    ) -> ObjectList:
+        """Every matching object, following ``continue`` tokens page by page."""
+        path = resource.collection_path(namespace)
+        params = _selectors(field_selector, label_selector) | {"limit": str(LIST_PAGE_SIZE)}
+        items: list[KubeObject] = []
+        while True:
+            page = await self.request("GET", path, params=params)
+            items.extend(_with_kind(page.get("items") or [], resource))
+            meta = page.get("metadata") or {}
+            if not meta.get("continue"):
+                return ObjectList(tuple(items), str(meta.get("resourceVersion", "")))
+            params = params | {"continue": meta["continue"]}
+
+    async def create(
+        self, resource: ApiResource, obj: KubeObject, namespace: str | None = None
+    ) -> KubeObject:
+        ns = _namespace_of(resource, obj, namespace)
+        return await self.request("POST", resource.collection_path(ns), body=obj)
+
+    async def replace(
+        self,
+        resource: ApiResource,
+        obj: KubeObject,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> KubeObject:
+        """PUT the whole object; its ``metadata.resourceVersion`` guards against lost updates."""
+        name = _name_of(obj)
+        ns = _namespace_of(resource, obj, namespace)
+        return await self.request("PUT", resource.object_path(name, ns, subresource), body=obj)
+
+    async def patch(
+        self,
+        resource: ApiResource,
+        name: str,
+        patch: PatchBody,
+        namespace: str | None = None,
+        *,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str | None = None,
+    ) -> KubeObject:
+        if patch_type is PatchType.JSON and not isinstance(patch, list):
+            raise ValueError("a JSON patch is a list of operations")
+        if patch_type is not PatchType.JSON and not isinstance(patch, dict):
+            raise ValueError(f"a {patch_type.name.lower()} patch is an object")
+        path = resource.object_path(name, namespace, subresource)
+        return await self.request("PATCH", path, body=patch, content_type=patch_type.value)
+
+    async def delete(
+        self,
+        resource: ApiResource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        propagation_policy: str | None = None,
+    ) -> KubeObject:
+        """Deletes; returns the object (still terminating, with finalizers) or a Status."""
+        options: KubeObject = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if resource_version:
+            options["preconditions"] = {"resourceVersion": resource_version}
+        if propagation_policy:
+            options["propagationPolicy"] = propagation_policy
+        return await self.request("DELETE", resource.object_path(name, namespace), body=options)
+
+    def watch(
+        self,
+        resource: ApiResource,
+        namespace: str | None = None,
+        *,
+        name: str | None = None,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        resource_version: str | None = None,
+        backoff: Backoff | None = None,
+        timeout_seconds: int = 300,
+    ) -> Watch:
+        """A resilient watch; see ``nri_resmgr.kube.watch.Watch`` for its event semantics."""
+        from nri_resmgr.kube.watch import Watch  # watch builds on this module
+
+        return Watch(
+            self,
+            resource,
+            namespace,
+            name=name,
+            field_selector=field_selector,
+            label_selector=label_selector,
+            resource_version=resource_version,
+            backoff=backoff,
+            timeout_seconds=timeout_seconds,
+        )
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        body: object = None,
+        content_type: str = "application/json",
+    ) -> KubeObject:
+        """One request; a non-2xx reply or a transport failure raises a typed ``ApiError``."""
+        content = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": content_type} if content is not None else None
+        try:
+            resp = await self._http.request(
+                method, path, params=params, content=content, headers=headers
+            )
+        except httpx.TransportError as exc:
+            raise connection_error(exc) from exc
+        if resp.status_code >= 400:
+            raise error_from_body(resp.status_code, resp.content)
+        return _decode(resp.content, method, path)
+
+    @asynccontextmanager
+    async def stream_lines(
+        self, path: str, params: dict[str, str], *, read_timeout: float | None
+    ) -> AsyncIterator[AsyncIterator[str]]:
+        """A long GET whose reply arrives line by line (watch); errors as in ``request``."""
+        timeout = httpx.Timeout(self.timeout, read=read_timeout)
+        try:
+            async with self._http.stream("GET", path, params=params, timeout=timeout) as resp:
+                if resp.status_code >= 400:
+                    raise error_from_body(resp.status_code, await resp.aread())
+                yield resp.aiter_lines()
+        except httpx.TransportError as exc:
+            raise connection_error(exc) from exc
+
+
+def _decode(content: bytes, method: str, path: str) -> KubeObject:
+    if not content:
+        return {}
+    try:
+        decoded = json.loads(content)
+    except ValueError as exc:
+        raise ApiError(0, "BadResponse", f"{method} {path}: reply is not JSON") from exc
+    if not isinstance(decoded, dict):
+        raise ApiError(0, "BadResponse", f"{method} {path}: reply is not a JSON object")
+    return decoded
+
+
+def _selectors(field_selector: str | None, label_selector: str | None) -> dict[str, str]:
+    params = {}
+    if field_selector:
+        params["fieldSelector"] = field_selector
+    if label_selector:
+        params["labelSelector"] = label_selector
+    return params
+
+
+def _with_kind(items: list[KubeObject], resource: ApiResource) -> list[KubeObject]:
+    # List items come without kind/apiVersion; fill them so items look like single GETs.
+    if not resource.kind:
+        return items
+    return [{"apiVersion": resource.api_version, "kind": resource.kind} | i for i in items]
+
+
+def _name_of(obj: KubeObject) -> str:
+    name = (obj.get("metadata") or {}).get("name")
+    if not name:
+        raise ValueError("object has no metadata.name")
+    return str(name)
+
+
+def _namespace_of(resource: ApiResource, obj: KubeObject, namespace: str | None) -> str | None:
+    if not resource.namespaced:
+        return None
+    ns = namespace or (obj.get("metadata") or {}).get("namespace")
+    if not ns:
+        raise ValueError(f"{resource.plural} is namespaced: give a namespace or metadata.namespace")
+    return str(ns)

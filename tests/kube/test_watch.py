@@ -1,0 +1,176 @@
+"""Watch against scripted fake replies: list-then-watch, bookmarks, drops, 410, fatal errors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import attrs
+import pytest
+
+from nri_resmgr.backoff import Backoff
+from nri_resmgr.kube import EventType, Forbidden, WatchEvent
+from nri_resmgr.kube.client import KubeClient
+from nri_resmgr.kube.resources import CONFIG_MAPS
+from tests.kube.conftest import ServeFake
+from tests.kube.fakeserver import DropConnection, Reply, Request, event_line, status_reply
+
+FAST = Backoff(initial=0.001, maximum=0.01)
+
+
+def cm(name: str, rv: str, **data: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}, "data": data}
+
+
+@attrs.define
+class Script:
+    """Lists answer from ``lists`` in turn; each watch connection plays the next ``watches``."""
+
+    lists: list[dict[str, Any]]
+    watches: list[list[bytes | str | Reply]]
+    watch_requests: list[Request] = attrs.field(factory=list)
+
+    async def handle(self, req: Request) -> Reply:
+        if req.query.get("watch") != "true":
+            return Reply(body=self.lists.pop(0))
+        self.watch_requests.append(req)
+        steps: list[bytes | str | Reply] = self.watches.pop(0) if self.watches else ["hang"]
+        if steps and isinstance(steps[0], Reply):
+            return steps[0]
+        return Reply(stream=self._play(steps))
+
+    async def _play(self, steps: list[bytes | str | Reply]) -> AsyncIterator[bytes]:
+        import trio
+
+        for step in steps:
+            if step == "drop":
+                raise DropConnection
+            if step == "hang":
+                await trio.sleep_forever()
+            assert isinstance(step, bytes)
+            yield step
+
+
+def listing(rv: str, *items: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"resourceVersion": rv}, "items": list(items)}
+
+
+async def collect(client: KubeClient, count: int, **kwargs: Any) -> list[WatchEvent]:
+    events: list[WatchEvent] = []
+    async with client.watch(CONFIG_MAPS, "ns", backoff=FAST, **kwargs) as watch:
+        async for event in watch:
+            events.append(event)
+            if len(events) == count:
+                break
+    return events
+
+
+async def test_lists_first_then_streams_from_list_version(serve_fake: ServeFake) -> None:
+    script = Script(
+        lists=[listing("10", cm("a", "9"))],
+        watches=[[event_line("ADDED", cm("b", "11")), event_line("DELETED", cm("a", "12"))]],
+    )
+    _, client = await serve_fake(script.handle)
+    events = await collect(client, 3)
+    assert [e.type for e in events] == [EventType.RESET, EventType.ADDED, EventType.DELETED]
+    assert [o["metadata"]["name"] for o in events[0].objects] == ["a"]
+    assert events[0].objects[0]["kind"] == "ConfigMap"
+    assert events[2].object is not None and events[2].object["metadata"]["name"] == "a"
+    query = script.watch_requests[0].query
+    assert query["resourceVersion"] == "10"
+    assert query["allowWatchBookmarks"] == "true"
+
+
+async def test_bookmarks_advance_version_silently_and_reconnect_uses_it(
+    serve_fake: ServeFake,
+) -> None:
+    bookmark = {"kind": "ConfigMap", "metadata": {"resourceVersion": "50"}}
+    script = Script(
+        lists=[],
+        watches=[
+            [event_line("MODIFIED", cm("a", "21")), event_line("BOOKMARK", bookmark), "drop"],
+            [event_line("MODIFIED", cm("a", "51"))],
+        ],
+    )
+    _, client = await serve_fake(script.handle)
+    events = await collect(client, 2, resource_version="20")
+    assert [(e.type, e.resource_version) for e in events] == [
+        (EventType.MODIFIED, "21"),
+        (EventType.MODIFIED, "51"),
+    ]
+    assert [r.query["resourceVersion"] for r in script.watch_requests] == ["20", "50"]
+
+
+async def test_gone_relists_and_resets_with_fresh_state(serve_fake: ServeFake) -> None:
+    expired = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+    script = Script(
+        lists=[listing("100", cm("b", "99"))],
+        watches=[
+            [event_line("ADDED", cm("a", "6")), event_line("ERROR", expired)],
+            [event_line("ADDED", cm("c", "101"))],
+        ],
+    )
+    _, client = await serve_fake(script.handle)
+    events = await collect(client, 3, resource_version="5")
+    assert [e.type for e in events] == [EventType.ADDED, EventType.RESET, EventType.ADDED]
+    assert [o["metadata"]["name"] for o in events[1].objects] == ["b"]
+    assert events[1].resource_version == "100"
+    assert [r.query["resourceVersion"] for r in script.watch_requests] == ["5", "100"]
+
+
+async def test_gone_as_http_reply_also_relists(serve_fake: ServeFake) -> None:
+    script = Script(
+        lists=[listing("7")],
+        watches=[[status_reply(410, "Gone", "too old")], [event_line("ADDED", cm("x", "8"))]],
+    )
+    _, client = await serve_fake(script.handle)
+    events = await collect(client, 2, resource_version="1")
+    assert [e.type for e in events] == [EventType.RESET, EventType.ADDED]
+    assert events[0].objects == ()
+
+
+async def test_server_errors_and_drops_reconnect_from_last_version(
+    serve_fake: ServeFake,
+) -> None:
+    internal = {"kind": "Status", "code": 500, "reason": "InternalError", "message": "etcd"}
+    script = Script(
+        lists=[],
+        watches=[
+            [status_reply(503, "ServiceUnavailable")],
+            [event_line("ADDED", cm("a", "31")), "drop"],
+            [event_line("ERROR", internal)],
+            [],  # a stream the server ends normally (timeoutSeconds) is resumed too
+            [event_line("MODIFIED", cm("a", "32"))],
+        ],
+    )
+    _, client = await serve_fake(script.handle)
+    async with client.watch(CONFIG_MAPS, "ns", resource_version="30", backoff=FAST) as watch:
+        events = []
+        async for event in watch:
+            events.append(event)
+            if len(events) == 2:
+                break
+        assert watch.reconnects == 4
+    assert [e.resource_version for e in events] == ["31", "32"]
+    assert [r.query["resourceVersion"] for r in script.watch_requests] == [
+        "30", "30", "31", "31", "31",
+    ]  # fmt: skip
+
+
+async def test_forbidden_is_raised_not_retried(serve_fake: ServeFake) -> None:
+    script = Script(lists=[], watches=[[status_reply(403, "Forbidden", "no rbac")]])
+    _, client = await serve_fake(script.handle)
+    with pytest.raises(Forbidden, match="no rbac"):
+        await collect(client, 1, resource_version="1")
+    assert len(script.watch_requests) == 1
+
+
+async def test_name_and_selectors_reach_list_and_watch(serve_fake: ServeFake) -> None:
+    script = Script(lists=[listing("3")], watches=[[event_line("ADDED", cm("one", "4"))]])
+    server, client = await serve_fake(script.handle)
+    await collect(client, 2, name="one", field_selector="a=b", label_selector="l=v")
+    list_query, watch_query = server.requests[0].query, server.requests[1].query
+    for query in (list_query, watch_query):
+        assert query["fieldSelector"] == "a=b,metadata.name=one"
+        assert query["labelSelector"] == "l=v"
+    assert "watch" not in list_query
