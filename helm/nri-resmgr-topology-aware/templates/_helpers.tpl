@@ -1,0 +1,48 @@
+{{/*
+The policy comes from the chart name, so every chart of nri-resmgr ships the very same
+templates (a test keeps them identical).
+*/}}
+{{- define "nri-resmgr.policy" -}}
+{{- trimPrefix "nri-resmgr-" .Chart.Name -}}
+{{- end -}}
+
+{{- define "nri-resmgr.kind" -}}
+{{- $kinds := dict "topology-aware" "TopologyAwarePolicy" "balloons" "BalloonsPolicy" "template" "TemplatePolicy" -}}
+{{- required (printf "chart %s names no known policy" .Chart.Name) (get $kinds (include "nri-resmgr.policy" .)) -}}
+{{- end -}}
+
+{{- define "nri-resmgr.plural" -}}
+{{- $kind := lower (include "nri-resmgr.kind" .) -}}
+{{- printf "%sies" (trimSuffix "y" $kind) -}}
+{{- end -}}
+
+{{- define "nri-resmgr.fullname" -}}
+{{- default .Chart.Name .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "nri-resmgr.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nri-resmgr.fullname" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "nri-resmgr.labels" -}}
+{{ include "nri-resmgr.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/*
+"true" only when config.dra.enabled is true; unset (no dra section) and false are both off.
+Every DRA-only piece of a template sits in a flat block opened by
+`if include "nri-resmgr.draEnabled" .`, so the chart renders without DRA exactly as a chart
+that never had it.
+*/}}
+{{- define "nri-resmgr.draEnabled" -}}
+{{- $dra := .Values.config.dra | default dict -}}
+{{- if and (kindIs "bool" $dra.enabled) $dra.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{- define "nri-resmgr.image" -}}
+{{- printf "%s:%s" .Values.image.name (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}

@@ -1,0 +1,273 @@
+"""The rendered charts against a real kube-apiserver (tests/kube/apiserver.py).
+
+The CRDs and RBAC are created with strict field validation. The sample configs are then
+created, and the agent's ServiceAccount is impersonated to prove that the RBAC grants what
+the agent does and no more, with ResourceSlice access exactly when DRA is on.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helm.conftest import DRA_STATES, NAMESPACE, Helm
+from tests.helm.crds import CONFIGS, POLICIES, chart, documents, load_sample
+from tests.helm.test_crd_schema import SCHEMA_REJECTS
+from tests.kube.apiserver import ADMIN_TOKEN, ApiServer, start_apiserver
+
+pytestmark = pytest.mark.integration
+
+CORE_PATHS = {
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+    "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets",
+}
+PLURALS = {"TopologyAwarePolicy": "topologyawarepolicies", "BalloonsPolicy": "balloonspolicies"}
+
+
+def plural(kind: str) -> str:
+    return PLURALS.get(kind, "templatepolicies")
+
+
+def cr_path(kind: str, name: str = "") -> str:
+    base = f"/apis/config.nri/v1alpha1/namespaces/{NAMESPACE}/{plural(kind)}"
+    return f"{base}/{name}" if name else base
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    api = start_apiserver(tmp_path_factory.mktemp("helm-apiserver"))
+    try:
+        yield api
+    finally:
+        api.shutdown()
+
+
+def client(server: ApiServer, account: str | None = None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    if account:
+        headers["Impersonate-User"] = f"system:serviceaccount:{NAMESPACE}:{account}"
+        headers["Impersonate-Group"] = "system:serviceaccounts"
+    return httpx.Client(
+        base_url=server.url, headers=headers, verify=server.config().ssl_context(), timeout=30
+    )
+
+
+def create(api: httpx.Client, path: str, body: dict[str, Any]) -> httpx.Response:
+    return api.post(path, json=body, params={"fieldValidation": "Strict"})
+
+
+def message(response: httpx.Response) -> str:
+    """The API server's Status message, or the raw body when it is not a Status."""
+    try:
+        return str(response.json().get("message", response.text))
+    except ValueError:
+        return response.text
+
+
+def wait_established(api: httpx.Client, name: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}").json()
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"CRD {name} not established")
+
+
+@pytest.fixture(scope="module")
+def installed(server: ApiServer, helm: Helm) -> dict[str, list[dict[str, Any]]]:
+    """Every chart's CRD and objects (DRA unset) created as the admin; the renders by policy."""
+    renders = {}
+    with client(server) as api:
+        for policy in POLICIES:
+            docs = documents(helm.template(chart(policy), "--include-crds"))
+            renders[policy] = docs
+            for doc in docs:
+                if doc["kind"] == "CustomResourceDefinition":
+                    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+                    assert create(api, path, doc).status_code == 201, doc["metadata"]["name"]
+                    wait_established(api, doc["metadata"]["name"])
+            for doc in docs:
+                if doc["kind"] in CORE_PATHS:
+                    response = create(api, CORE_PATHS[doc["kind"]].format(ns=NAMESPACE), doc)
+                    assert response.status_code == 201, response.text
+                elif doc["apiVersion"] == "config.nri/v1alpha1":
+                    response = create(api, cr_path(doc["kind"]), doc)
+                    assert response.status_code == 201, response.text
+    for policy, docs in renders.items():
+        kind = next(d for d in docs if d["apiVersion"] == "config.nri/v1alpha1")["kind"]
+        with client(server, f"nri-resmgr-{policy}") as agent:
+            assert _eventually(functools.partial(can_list, agent, cr_path(kind)))
+    return renders
+
+
+@pytest.mark.parametrize("sample", POLICIES)
+def test_api_server_accepts_good_samples(
+    server: ApiServer, installed: dict[str, Any], sample: str
+) -> None:
+    document = load_sample(CONFIGS / f"{sample}.yaml")
+    document["metadata"] = {"name": f"sample-{sample}", "namespace": NAMESPACE}
+    with client(server) as api:
+        response = create(api, cr_path(document["kind"]), document)
+    assert response.status_code == 201, response.text
+
+
+# What the real API server says to each bad sample (strict field validation, as kubectl).
+API_REJECTS = {
+    "bad-cpu-quantity.yaml": "spec.reservedResources.cpu in body should match",
+    "bad-enum.yaml": 'spec.defaultCPUPriority: Unsupported value: "urgent"',
+    "balloon-missing-name.yaml": "spec.balloonTypes[0].name: Required value",
+    "duplicate-balloon.yaml": "spec.balloonTypes[1]: Duplicate value",
+    "missing-reserved.yaml": 'unknown field "spec.pinCPU"',
+    "spec-not-mapping.yaml": "spec in body must be of type object",
+    "unknown-key.yaml": 'unknown field "spec.pinCPUs"',
+    "unknown-nested-key.yaml": 'unknown field "spec.dra.enabeld"',
+    "wrong-api-version.yaml": "404",
+    "wrong-bool.yaml": "spec.dra.enabled in body must be of type boolean",
+    "wrong-int.yaml": "spec.balloonTypes[0].maxCPUs in body must be of type integer",
+    "wrong-kind.yaml": "must be TemplatePolicy",
+    "wrong-list.yaml": "spec.reservedPoolNamespaces in body must be of type array",
+}
+
+
+def test_api_rejections_cover_the_schema_rejections() -> None:
+    assert set(API_REJECTS) == set(SCHEMA_REJECTS)
+
+
+@pytest.mark.parametrize("name", sorted(API_REJECTS))
+def test_api_server_rejects_what_the_schema_rejects(
+    server: ApiServer, installed: dict[str, Any], name: str
+) -> None:
+    document = load_sample(CONFIGS / "bad" / name)
+    document["metadata"] = {"name": f"bad-{Path(name).stem}", "namespace": NAMESPACE}
+    group_version = document["apiVersion"]
+    path = f"/apis/{group_version}/namespaces/{NAMESPACE}/{plural(document['kind'])}"
+    with client(server) as api:
+        response = create(api, path, document)
+    assert response.status_code in (400, 404, 422)
+    assert API_REJECTS[name] in f"{response.status_code} {message(response)}"
+
+
+@pytest.mark.parametrize(
+    ("spec", "complaint"),
+    [
+        ({"log": {"source": True}}, "spec.reservedResources: Required value"),
+        ({"reservedResources": {}}, "spec.reservedResources.cpu: Required value"),
+        ({"reservedResources": {"cpu": 2, "memory": "1Gi"}}, None),
+    ],
+)
+def test_api_server_requires_reserved_cpu(
+    server: ApiServer, installed: dict[str, Any], spec: dict[str, Any], complaint: str | None
+) -> None:
+    document = {
+        "apiVersion": "config.nri/v1alpha1",
+        "kind": "TemplatePolicy",
+        "metadata": {"name": f"reserved-{len(str(spec))}", "namespace": NAMESPACE},
+        "spec": spec,
+    }
+    with client(server) as api:
+        response = create(api, cr_path("TemplatePolicy"), document)
+    if complaint is None:
+        assert response.status_code == 201, response.text
+    else:
+        assert response.status_code == 422
+        assert complaint in message(response)
+
+
+def slice_body(policy: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"node-1-{policy}"},
+        "spec": {
+            "driver": f"{policy}.nri.io",
+            "nodeName": "node-1",
+            "pool": {"name": "node-1", "generation": 1, "resourceSliceCount": 1},
+            "devices": [],
+        },
+    }
+
+
+def create_slice(api: httpx.Client, policy: str) -> int:
+    response = api.post(
+        "/apis/resource.k8s.io/v1/resourceslices",
+        json=slice_body(policy),
+        params={"dryRun": "All"},
+    )
+    return response.status_code
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_service_account_can_do_what_the_agent_does_and_no_more(
+    server: ApiServer, helm: Helm, installed: dict[str, list[dict[str, Any]]], policy: str
+) -> None:
+    kind = next(d for d in installed[policy] if d["apiVersion"] == "config.nri/v1alpha1")["kind"]
+    account = f"nri-resmgr-{policy}"
+    status = {"status": {"nodes": {"node-1": {"status": "Success", "generation": 1, "errors": ""}}}}
+    with client(server, account) as agent:
+        assert agent.get(cr_path(kind)).status_code == 200
+        assert agent.get(cr_path(kind, "default")).status_code == 200
+        assert (
+            agent.get(cr_path(kind), params={"watch": "1", "timeoutSeconds": "1"}).status_code
+            == 200
+        )
+        assert agent.get("/api/v1/nodes/node-1").status_code == 404  # allowed; no such node
+        merge = {"Content-Type": "application/merge-patch+json"}
+        patched = agent.patch(cr_path(kind, "default") + "/status", json=status, headers=merge)
+        assert patched.status_code == 200, patched.text
+        assert patched.json()["status"]["nodes"]["node-1"]["status"] == "Success"
+        assert (
+            agent.patch(cr_path(kind, "default"), json={"spec": {}}, headers=merge).status_code
+            == 403
+        )
+        assert agent.delete(cr_path(kind, "default")).status_code == 403
+        assert agent.get(f"/api/v1/namespaces/{NAMESPACE}/secrets").status_code == 403
+        assert create_slice(agent, policy) == 403
+
+    enabled = documents(helm.template(chart(policy), *DRA_STATES["enabled"]))
+    (role,) = [d for d in enabled if d["kind"] == "ClusterRole"]
+    with client(server) as admin:
+        path = f"{CORE_PATHS['ClusterRole']}/{role['metadata']['name']}"
+        assert admin.put(path, json=role).status_code == 200
+    try:
+        with client(server, account) as agent:
+            assert _eventually(lambda: create_slice(agent, policy) == 201)
+            listed = agent.get("/apis/resource.k8s.io/v1/resourceslices")
+            assert listed.status_code == 200
+    finally:
+        (plain,) = [d for d in installed[policy] if d["kind"] == "ClusterRole"]
+        with client(server) as admin:
+            current = admin.get(path).json()
+            plain = {
+                **plain,
+                "metadata": {
+                    **plain["metadata"],
+                    "resourceVersion": current["metadata"]["resourceVersion"],
+                },
+            }
+            assert admin.put(path, json=plain).status_code == 200
+
+
+def can_list(api: httpx.Client, path: str) -> bool:
+    return api.get(path).status_code == 200
+
+
+def _eventually(check: Any, timeout: float = 10.0) -> bool:
+    """RBAC changes reach the authorizer through an informer: poll briefly."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
