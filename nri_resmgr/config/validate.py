@@ -51,6 +51,13 @@ def _check_balloons(spec: BalloonsSpec, path: str) -> list[str]:
         seen.add(bt.name)
         if bt.max_cpus > 0 and bt.min_cpus > bt.max_cpus:
             errors.append(f"{where}: minCPUs ({bt.min_cpus}) exceeds maxCPUs ({bt.max_cpus})")
+        if bt.min_cpus < 0 or bt.min_balloons < 0 or bt.max_balloons < 0:
+            errors.append(f"{where}: minCPUs, minBalloons and maxBalloons must not be negative")
+        errors += [
+            f"{where}.namespaces[{j}]: empty pattern"
+            for j, glob in enumerate(bt.namespaces)
+            if not glob
+        ]
         if bt.max_balloons > 0 and bt.min_balloons > bt.max_balloons:
             errors.append(
                 f"{where}: minBalloons ({bt.min_balloons}) exceeds maxBalloons ({bt.max_balloons})"

@@ -185,7 +185,7 @@ def test_shared_idle_cpus_follow_balloon_changes(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("types", "kw", "message"),
     [
-        ((FULL, FULL), {}, "spec.balloonTypes[1].name: duplicate balloon type name 'full'"),
+        ((FULL, FULL), {}, "spec.balloonTypes[1].name: duplicate balloon type 'full'"),
         ((), {"reserved": "17"}, "spec.reservedResources.cpu: '17' needs 17 CPUs"),
         (
             (),

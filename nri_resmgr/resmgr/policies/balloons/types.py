@@ -9,7 +9,7 @@ import logging
 import attrs
 
 from nri_resmgr.config.models import BalloonsSpec, BalloonType
-from nri_resmgr.errors import ConfigError
+from nri_resmgr.config.validate import validate_spec
 from nri_resmgr.resmgr.annotations import lookup
 from nri_resmgr.resmgr.model import Container, Pod
 
@@ -25,9 +25,8 @@ PRIORITY_ORDER = {"high": 0, "normal": 1, "low": 2, "none": 3}
 
 def balloon_types(spec: BalloonsSpec) -> list[BalloonType]:
     """The types in matching order: reserved first and default last unless user-defined."""
-    errors = _validate(spec)
-    if errors:
-        raise ConfigError(errors)
+    # The loader validated already; a spec built in code gets the same checks here.
+    validate_spec(spec)
     types = list(spec.balloon_types)
     names = {t.name for t in types}
     if RESERVED not in names:
@@ -35,30 +34,6 @@ def balloon_types(spec: BalloonsSpec) -> list[BalloonType]:
     if DEFAULT not in names:
         types.append(BalloonType(name=DEFAULT, min_balloons=1))
     return types
-
-
-def _validate(spec: BalloonsSpec) -> list[str]:
-    errors: list[str] = []
-    seen: set[str] = set()
-    for i, t in enumerate(spec.balloon_types):
-        where = f"spec.balloonTypes[{i}]"
-        if not t.name:
-            errors.append(f"{where}.name: required")
-        elif t.name in seen:
-            errors.append(f"{where}.name: duplicate balloon type name {t.name!r}")
-        seen.add(t.name)
-        if t.max_cpus > 0 and t.min_cpus > t.max_cpus:
-            errors.append(f"{where}: minCPUs ({t.min_cpus}) exceeds maxCPUs ({t.max_cpus})")
-        if t.min_cpus < 0 or t.min_balloons < 0 or t.max_balloons < 0:
-            errors.append(f"{where}: minCPUs, minBalloons and maxBalloons must not be negative")
-        if t.max_balloons > 0 and t.min_balloons > t.max_balloons:
-            errors.append(
-                f"{where}: minBalloons ({t.min_balloons}) exceeds maxBalloons ({t.max_balloons})"
-            )
-        for j, glob in enumerate(t.namespaces):
-            if not glob:
-                errors.append(f"{where}.namespaces[{j}]: empty pattern")
-    return errors
 
 
 def creation_order(types: list[BalloonType]) -> list[BalloonType]:
