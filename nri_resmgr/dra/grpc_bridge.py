@@ -1,0 +1,297 @@
+"""The one place where grpclib (asyncio) meets trio: a grpclib server on a unix socket, run as a
+trio task.
+
+Everything in the daemon runs inside ``async with trio_asyncio.open_loop()``; grpclib's server
+and its request handlers live on that asyncio loop. Handlers stay thin: ``TrioGate.call`` runs
+the real work as trio code (``trio_asyncio.trio_as_aio``), so locks and state are plain trio.
+
+Why each piece is here:
+
+* grpclib sends nothing to the client when a handler task is cancelled, so a client would hang
+  until its own deadline. ``TrioGate.call`` turns ``asyncio.CancelledError`` into
+  ``GRPCError(UNAVAILABLE, "shutting down")``, which grpclib answers with proper trailers.
+* grpclib's ``Server.close()`` cancels in-flight handlers at once. We drain instead: stop
+  accepting connections, refuse new requests on open connections (UNAVAILABLE), wait up to a
+  deadline for the in-flight ones, and only then close (cancelling the stragglers).
+* Python 3.11's asyncio leaves unix socket files behind, and refuses to bind over a stale one:
+  we unlink before start and after stop, and only a file that is still ours (same inode).
+* A server whose socket file vanished is unreachable for kubelet, and one whose listener died
+  serves nobody; the watchdog notices both (it polls, see ``SOCKET_POLL_INTERVAL``) and raises
+  ``ServerGaveUp``, a ``Fatal`` error.
+
+grpclib private API used (pinned to grpclib 0.4.x in pyproject.toml): ``Server._server`` (the
+asyncio listener, closed on its own to stop accepting while requests drain) and
+``Server._protocol_factory`` (wrapped to remember connections, so stop can close idle ones that
+grpclib's ``close()`` leaves open).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import stat
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+import trio_asyncio
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.protocol import H2Protocol
+from grpclib.server import Server
+
+from nri_resmgr.errors import Fatal
+
+log = logging.getLogger(__name__)
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+# Seconds between checks that the socket file is still ours and the listener still serves.
+# fsnotify would be quicker, but a 1 s poll bounds detection well below kubelet's 30 s wipe
+# delay and needs no extra machinery.
+SOCKET_POLL_INTERVAL = 1.0
+DEFAULT_DRAIN_TIMEOUT = 5.0
+# Closing is quick (handlers are already cancelled); the bound only guards against a bug.
+CLOSE_TIMEOUT = 2.0
+SHUTTING_DOWN = "shutting down"
+
+
+class ServerGaveUp(Fatal):
+    """A gRPC server can no longer serve: its socket file is gone or its listener died."""
+
+
+class TrioGate:
+    """Runs trio code for asyncio handlers, counts calls in flight, refuses calls once closed."""
+
+    def __init__(self) -> None:
+        self._in_flight = 0
+        self._closed = False
+        self._idle = trio.Event()
+        self._idle.set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def close(self) -> None:
+        self._closed = True
+
+    async def call(self, fn: Callable[[Req], Awaitable[Resp]], request: Req) -> Resp:
+        """The asyncio side of a handler: ``return await gate.call(trio_fn, request)``."""
+        if self._closed:
+            raise GRPCError(Status.UNAVAILABLE, SHUTTING_DOWN)
+        self._enter()
+        try:
+            result: Resp = await trio_asyncio.trio_as_aio(fn)(request)
+            return result
+        except asyncio.CancelledError:
+            if not self._closed:
+                # The client reset the stream or its deadline passed: nobody to answer.
+                raise
+            raise GRPCError(Status.UNAVAILABLE, SHUTTING_DOWN) from None
+        except GRPCError:
+            raise
+        except Exception as e:
+            log.exception("gRPC handler %s failed", getattr(fn, "__qualname__", fn))
+            raise GRPCError(Status.INTERNAL, f"internal error: {e}") from e
+        finally:
+            self._leave()
+
+    async def wait_idle(self) -> None:
+        """Trio side: return when no call is in flight."""
+        while self._in_flight:
+            await self._idle.wait()
+
+    def _enter(self) -> None:
+        self._in_flight += 1
+        if self._idle.is_set():
+            self._idle = trio.Event()
+
+    def _leave(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            # The asyncio loop runs inside trio's thread (trio-asyncio), so this is safe.
+            self._idle.set()
+
+
+class _TrackingServer(Server):
+    """A grpclib Server that remembers its connections so stop can close them."""
+
+    def __init__(self, handlers: Sequence[Any]) -> None:
+        super().__init__(handlers)
+        self.protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
+
+    def _protocol_factory(self) -> H2Protocol:
+        protocol: H2Protocol = super()._protocol_factory()
+        self.protocols.add(protocol)
+        return protocol
+
+    def stop_accepting(self) -> None:
+        listener = self._server
+        if listener is not None:
+            listener.close()
+
+    def is_serving(self) -> bool:
+        listener = self._server
+        return listener is not None and bool(listener.is_serving())
+
+    def close_connections(self) -> None:
+        for protocol in list(self.protocols):
+            connection = getattr(protocol, "connection", None)
+            if connection is not None:
+                connection.close()
+
+
+HandlerFactory = Callable[[TrioGate], Sequence[Any]]
+
+
+class GrpcServer:
+    """One grpclib server on one unix socket, as a trio task.
+
+    ``serve()`` runs until ``stop()`` (returns) or cancellation (cleans up, re-raises), and
+    raises ``ServerGaveUp`` if the server stops being reachable on its own.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        handlers: HandlerFactory,
+        *,
+        drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+        poll_interval: float = SOCKET_POLL_INTERVAL,
+    ) -> None:
+        self.name = name
+        self.path = path
+        self.gate = TrioGate()
+        self._handlers = handlers
+        self._drain_timeout = drain_timeout
+        self._poll_interval = poll_interval
+        self._server: _TrackingServer | None = None
+        self._inode: tuple[int, int] | None = None
+        self._stopping = False
+        self._closing = False
+        self._stop_requested = trio.Event()
+        self._closed = trio.Event()
+
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        if self._server is not None or self._stopping:
+            raise RuntimeError(f"{self.name} gRPC server: already started or stopped")
+        unlink_stale_socket(self.path)
+        self._server = await trio_asyncio.aio_as_trio(self._start_server)()
+        self._inode = socket_identity(self.path)
+        log.info("%s gRPC server listening on %s", self.name, self.path)
+        try:
+            task_status.started()
+            await self._watch()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.stop()
+
+    async def stop(self) -> None:
+        """Drain and close; idempotent. The socket file is gone when ``stop_accepting`` is.
+
+        If the caller is cancelled mid-drain, the close still happens (shielded, bounded).
+        """
+        if self._closing:
+            await self._closed.wait()
+            return
+        self._closing = True
+        self.stop_accepting()
+        try:
+            await self._drain()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._close()
+            self._closed.set()
+
+    def stop_accepting(self) -> None:
+        """Phase one of stop: no new connections or requests; remove the socket file."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._stop_requested.set()
+        self.gate.close()
+        if self._server is not None:
+            self._server.stop_accepting()
+        self._unlink_own_socket()
+
+    async def _drain(self) -> None:
+        with trio.move_on_after(self._drain_timeout) as drain:
+            await self.gate.wait_idle()
+        if drain.cancelled_caught:
+            log.warning(
+                "%s gRPC server: %d requests still running after %.1fs, cancelling them",
+                self.name,
+                self.gate.in_flight,
+                self._drain_timeout,
+            )
+
+    async def _close(self) -> None:
+        server = self._server
+        if server is None:
+            return
+        server.close()
+        with trio.move_on_after(CLOSE_TIMEOUT):
+            await trio_asyncio.aio_as_trio(server.wait_closed)()
+        server.close_connections()
+        log.info("%s gRPC server stopped", self.name)
+
+    async def _start_server(self) -> _TrackingServer:
+        # Built inside the asyncio loop: grpclib binds to the running loop on construction.
+        server = _TrackingServer(self._handlers(self.gate))
+        await server.start(path=str(self.path))
+        return server
+
+    async def _watch(self) -> None:
+        while not self._stop_requested.is_set():
+            with trio.move_on_after(self._poll_interval):
+                await self._stop_requested.wait()
+            if self._stopping:
+                return
+            problem = self._health_problem()
+            if problem:
+                log.error("%s gRPC server gave up: %s", self.name, problem)
+                raise ServerGaveUp(f"{self.name} gRPC server on {self.path}: {problem}")
+
+    def _health_problem(self) -> str | None:
+        if self._server is None or not self._server.is_serving():
+            return "listener is no longer serving"
+        identity = socket_identity(self.path)
+        if identity is None:
+            return "socket file was removed"
+        if identity != self._inode:
+            return "socket file was replaced by another one"
+        return None
+
+    def _unlink_own_socket(self) -> None:
+        if self._inode is not None and socket_identity(self.path) == self._inode:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+
+def socket_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the socket file at ``path``, or None if there is none."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISSOCK(st.st_mode):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def unlink_stale_socket(path: Path) -> None:
+    """Remove a socket left by an earlier run; refuse to remove anything that is not a socket."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise Fatal(f"{path}: exists and is not a unix socket; refusing to replace it")
+    os.unlink(path)

@@ -1,0 +1,103 @@
+"""Fixtures for the DRA plugin tests: an asyncio loop under trio, grpcio "kubelet" stubs
+generated from our protos, and a running plugin in temporary directories."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+import trio_asyncio
+
+from nri_resmgr.config.models import DraConfig, TemplateSpec
+from nri_resmgr.dra.plugin import KubeletPlugin
+from nri_resmgr.resmgr.manager import ResourceManager
+from nri_resmgr.resmgr.policies.template import TemplatePolicy
+from nri_resmgr.resmgr.policy import Policy, PolicyEnv
+from tests.dra.kubelet_client import Kubelet, KubeletStubs, generate_grpcio_stubs
+
+NODE = "node-1"
+DRIVER = "template.nri.io"
+
+
+@pytest.fixture(scope="session")
+def kubelet_stubs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeletStubs]:
+    out = tmp_path_factory.mktemp("grpcio-stubs")
+    stubs = generate_grpcio_stubs(out)
+    yield stubs
+    sys.path.remove(str(out))
+
+
+@pytest.fixture
+async def aio_loop() -> AsyncIterator[object]:
+    async with trio_asyncio.open_loop() as loop:
+        yield loop
+
+
+def make_manager(policy: Policy | None = None) -> ResourceManager:
+    spec = TemplateSpec(dra=DraConfig(enabled=True))
+    return ResourceManager(policy or TemplatePolicy(), spec, PolicyEnv(node_name=NODE))
+
+
+async def wait_until(condition: Callable[[], bool], limit: float = 10.0) -> None:
+    """Poll ``condition``; ``limit`` only keeps a broken test from hanging."""
+    with trio.fail_after(limit):
+        while not condition():
+            await trio.sleep(0.01)
+
+
+@attrs.define
+class RunningPlugin:
+    plugin: KubeletPlugin
+    manager: ResourceManager
+    nursery: trio.Nursery
+
+    @property
+    def reg_socket(self) -> Path:
+        return self.plugin.registration_socket
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin.dra_socket
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[Path]:
+    # unix socket paths are limited to 107 bytes; pytest's tmp_path can exceed that.
+    with tempfile.TemporaryDirectory(prefix="dra-") as d:
+        yield Path(d)
+
+
+@pytest.fixture
+def kubelet(kubelet_stubs: KubeletStubs) -> Iterator[Kubelet]:
+    client = Kubelet(kubelet_stubs)
+    yield client
+    client.close()
+
+
+def make_plugin(
+    manager: ResourceManager, base: Path, *, drain_timeout: float = 5.0
+) -> KubeletPlugin:
+    return KubeletPlugin(
+        manager,
+        DRIVER,
+        base / "plugins",
+        base / "plugins_registry",
+        node_name=NODE,
+        poll_interval=0.05,
+        drain_timeout=drain_timeout,
+    )
+
+
+@pytest.fixture
+async def running_plugin(aio_loop: object, socket_dir: Path) -> AsyncIterator[RunningPlugin]:
+    manager = make_manager()
+    plugin = make_plugin(manager, socket_dir)
+    async with trio.open_nursery() as nursery:
+        await plugin.start(nursery)
+        yield RunningPlugin(plugin, manager, nursery)
+        await plugin.stop()

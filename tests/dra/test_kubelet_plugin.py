@@ -1,0 +1,196 @@
+"""The kubelet plugin against grpcio acting as kubelet: registration, both DRA API versions,
+per-claim errors, start/stop rules."""
+
+from __future__ import annotations
+
+import logging
+import socket as socketlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+import pytest
+import trio
+
+from nri_resmgr.dra.plugin import driver_name_for
+from nri_resmgr.resmgr.model import ClaimResult
+from nri_resmgr.resmgr.policies.template import TemplatePolicy
+from tests.dra.conftest import (
+    DRIVER,
+    NODE,
+    RunningPlugin,
+    make_manager,
+    make_plugin,
+    wait_until,
+)
+from tests.dra.kubelet_client import Kubelet
+
+VERSIONS = ("v1", "v1beta1")
+
+
+async def test_get_info_advertises_driver_endpoint_and_both_versions(
+    running_plugin: RunningPlugin, kubelet: Kubelet
+) -> None:
+    info = await kubelet.get_info(running_plugin.reg_socket)
+
+    assert info.type == "DRAPlugin"
+    assert info.name == DRIVER
+    assert info.endpoint == str(running_plugin.dra_socket)
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert running_plugin.reg_socket.name == f"{DRIVER}-reg.sock"
+    assert running_plugin.dra_socket.parent.name == DRIVER
+
+
+async def test_successful_registration_is_recorded(
+    running_plugin: RunningPlugin, kubelet: Kubelet
+) -> None:
+    await kubelet.notify(running_plugin.reg_socket, registered=True)
+
+    status = running_plugin.plugin.registrar.status
+    assert status is not None and status.registered
+    assert not running_plugin.plugin.registrar.failed.is_set()
+
+
+async def test_failed_registration_is_reported_not_swallowed(
+    running_plugin: RunningPlugin, kubelet: Kubelet, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR), pytest.raises(grpc.RpcError) as err:
+        await kubelet.notify(running_plugin.reg_socket, registered=False, error="bad versions")
+
+    assert "failed registration process: bad versions" in err.value.details()
+    registrar = running_plugin.plugin.registrar
+    assert registrar.failed.is_set()
+    assert registrar.status is not None and registrar.status.error == "bad versions"
+    assert any("bad versions" in r.getMessage() for r in caplog.records)
+    # Not fatal: the plugin keeps serving, kubelet may retry.
+    info = await kubelet.get_info(running_plugin.reg_socket)
+    assert info.name == DRIVER
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_prepare_and_unprepare_on_the_advertised_endpoint(
+    running_plugin: RunningPlugin, kubelet: Kubelet, version: str
+) -> None:
+    info = await kubelet.get_info(running_plugin.reg_socket)
+    await kubelet.notify(running_plugin.reg_socket, registered=True)
+    channel = kubelet.channel(info.endpoint)
+
+    prepared = await kubelet.prepare(version, channel, "uid-a", "uid-b")
+    assert set(prepared.claims) == {"uid-a", "uid-b"}
+    for answer in prepared.claims.values():
+        assert answer.error == ""
+        assert list(answer.devices) == []
+
+    unprepared = await kubelet.unprepare(version, channel, "uid-a", "uid-b", "never-prepared")
+    assert set(unprepared.claims) == {"uid-a", "uid-b", "never-prepared"}
+    assert all(a.error == "" for a in unprepared.claims.values())
+
+
+class PickyPolicy(TemplatePolicy):
+    """Fails one claim, forgets another, offers a device for the rest."""
+
+    def prepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
+        results = []
+        for uid in claim_uids:
+            if uid == "bad":
+                results.append(ClaimResult(uid, error="no such CPUs"))
+            elif uid != "forgotten":
+                results.append(ClaimResult(uid, devices=("cpu-0",)))
+        return results
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_claim_that_cannot_be_answered_gets_its_own_error(
+    aio_loop: object, socket_dir: Path, kubelet: Kubelet, version: str
+) -> None:
+    manager = make_manager(PickyPolicy())
+    plugin = make_plugin(manager, socket_dir)
+    async with trio.open_nursery() as nursery:
+        await plugin.start(nursery)
+        channel = kubelet.channel(plugin.dra_socket)
+
+        reply = await kubelet.prepare(version, channel, "good", "bad", "forgotten", "")
+
+        assert reply.claims["good"].error == ""
+        [device] = reply.claims["good"].devices
+        assert (device.pool_name, device.device_name) == (NODE, "cpu-0")
+        assert reply.claims["bad"].error == "no such CPUs"
+        assert "no prepare answer for claim default/claim-forgotten" in (
+            reply.claims["forgotten"].error
+        )
+        assert "has no UID" in reply.claims[""].error
+        await plugin.stop()
+
+
+async def test_prepare_takes_the_manager_lock(
+    running_plugin: RunningPlugin, kubelet: Kubelet
+) -> None:
+    channel = kubelet.channel(running_plugin.dra_socket)
+    replies = []
+
+    async def prepare() -> None:
+        replies.append(await kubelet.prepare("v1", channel, "uid-1"))
+
+    async with trio.open_nursery() as nursery, running_plugin.manager.lock:
+        nursery.start_soon(prepare)
+        await wait_until(lambda: running_plugin.plugin._dra.gate.in_flight == 1)
+        assert replies == []
+    assert len(replies) == 1
+    assert replies[0].claims["uid-1"].error == ""
+
+
+async def test_second_start_is_refused(running_plugin: RunningPlugin) -> None:
+    with pytest.raises(RuntimeError, match="already started"):
+        await running_plugin.plugin.start(running_plugin.nursery)
+
+
+async def test_stop_is_idempotent_and_removes_both_sockets(
+    running_plugin: RunningPlugin,
+) -> None:
+    assert running_plugin.reg_socket.exists() and running_plugin.dra_socket.exists()
+    await running_plugin.plugin.stop()
+    await running_plugin.plugin.stop()
+    assert not running_plugin.reg_socket.exists()
+    assert not running_plugin.dra_socket.exists()
+
+
+async def test_stale_socket_files_are_replaced(
+    aio_loop: object, socket_dir: Path, kubelet: Kubelet
+) -> None:
+    first = make_plugin(make_manager(), socket_dir)
+    async with trio.open_nursery() as nursery:
+        await first.start(nursery)
+        # Simulate a crash: forget the plugin without stopping, leaving the files behind.
+        nursery.cancel_scope.cancel()
+    (socket_dir / "plugins" / DRIVER).mkdir(parents=True, exist_ok=True)
+    for path in (first.dra_socket, first.registration_socket):
+        s = socketlib.socket(socketlib.AF_UNIX)
+        s.bind(str(path))
+        s.close()
+    second = make_plugin(make_manager(), socket_dir)
+    async with trio.open_nursery() as nursery:
+        await second.start(nursery)
+        info = await kubelet.get_info(second.registration_socket)
+        assert info.name == DRIVER
+        await second.stop()
+
+
+def test_driver_name_is_policy_dot_nri_io() -> None:
+    assert driver_name_for("topology-aware") == "topology-aware.nri.io"
+
+
+async def test_a_client_that_gives_up_abandons_its_wait_for_the_lock(
+    running_plugin: RunningPlugin, kubelet: Kubelet, caplog: pytest.LogCaptureFixture
+) -> None:
+    plugin, manager = running_plugin.plugin, running_plugin.manager
+    pb2 = kubelet.stubs.dra["v1"].pb2
+    stub = kubelet.dra_stub("v1", kubelet.channel(plugin.dra_socket))
+    request = pb2.NodePrepareResourcesRequest(claims=kubelet.claims("v1", "slow"))
+
+    async with manager.lock:
+        with pytest.raises(grpc.RpcError) as err:
+            await trio.to_thread.run_sync(lambda: stub.NodePrepareResources(request, timeout=0.3))
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # The handler stopped waiting for the lock: no pile-up of abandoned requests.
+        await wait_until(lambda: plugin._dra.gate.in_flight == 0)
+    assert "Failed to handle cancellation" not in caplog.text

@@ -1,0 +1,125 @@
+"""The ResourceSlice publisher against a real kube-apiserver + etcd (v1.35, built on first use
+by the shared ``apiserver`` fixture): the server's validation accepts our slice, it is owned
+by the Node, and it is restored after edits and deletes made behind our back."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from nri_resmgr.backoff import Backoff
+from nri_resmgr.dra.publisher import SlicePublisher, resource_slices
+from nri_resmgr.kube import KubeClient
+from nri_resmgr.kube.resources import NODES
+from nri_resmgr.resmgr.model import Device
+from tests.kube.apiserver import ApiServer
+
+pytestmark = pytest.mark.integration
+
+DRIVER = "template.nri.io"
+SLICES = resource_slices("v1")
+
+
+@attrs.define
+class Published:
+    kube: KubeClient
+    publisher: SlicePublisher
+    node: dict[str, Any]
+    devices: list[Device]
+
+    async def slices(self) -> list[dict[str, Any]]:
+        name = self.node["metadata"]["name"]
+        found = await self.kube.list(
+            SLICES, field_selector=f"spec.nodeName={name},spec.driver={DRIVER}"
+        )
+        return list(found.items)
+
+
+async def eventually(check: Callable[[], Any], limit: float = 30.0) -> Any:
+    with trio.fail_after(limit):
+        while not (result := await check()):
+            await trio.sleep(0.1)
+        return result
+
+
+@pytest.fixture
+async def published(apiserver: ApiServer) -> AsyncIterator[Published]:
+    async with KubeClient(apiserver.config()) as kube:
+        node = await kube.create(NODES, {"metadata": {"name": f"dra-{uuid.uuid4().hex[:8]}"}})
+        devices: list[Device] = []
+
+        async def current_devices() -> list[Device]:
+            return list(devices)
+
+        publisher = SlicePublisher(
+            kube, current_devices, DRIVER, node["metadata"]["name"],
+            resync_interval=0.5, backoff=Backoff(initial=0.1, maximum=1.0),
+        )  # fmt: skip
+        async with trio.open_nursery() as nursery:
+            await nursery.start(publisher.run)
+            yield Published(kube, publisher, node, devices)
+            nursery.cancel_scope.cancel()
+        await kube.delete(NODES, node["metadata"]["name"])
+
+
+async def one_slice(p: Published) -> dict[str, Any] | None:
+    slices = await p.slices()
+    return slices[0] if len(slices) == 1 else None
+
+
+async def test_the_server_accepts_the_slice_owned_by_the_node(published: Published) -> None:
+    obj = await eventually(lambda: one_slice(published))
+    node = published.node["metadata"]
+
+    assert obj["spec"]["driver"] == DRIVER
+    assert obj["spec"]["nodeName"] == node["name"]
+    assert obj["spec"]["pool"] == {"name": node["name"], "generation": 0, "resourceSliceCount": 1}
+    assert obj["spec"].get("devices", []) == []
+    [owner] = obj["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Node", node["name"], node["uid"])
+    assert published.publisher.api_version == "v1"
+
+
+async def test_devices_pass_server_validation(published: Published) -> None:
+    await eventually(lambda: one_slice(published))
+    published.devices.append(Device("cpu-0", {"numa": 0, "isolated": True, "model": "x"}))
+    published.publisher.trigger()
+
+    async def with_device() -> dict[str, Any] | None:
+        obj = await one_slice(published)
+        return obj if obj and obj["spec"].get("devices") else None
+
+    obj = await eventually(with_device)
+    assert obj["spec"]["devices"][0]["name"] == "cpu-0"
+    assert obj["spec"]["devices"][0]["attributes"]["numa"] == {"int": 0}
+    assert obj["spec"]["pool"]["generation"] == 1
+    assert published.publisher.last_error is None
+
+
+async def test_edits_and_deletes_behind_its_back_are_reconciled(published: Published) -> None:
+    obj = await eventually(lambda: one_slice(published))
+    name = obj["metadata"]["name"]
+
+    obj["spec"]["devices"] = [{"name": "intruder"}]
+    await published.kube.replace(SLICES, obj)
+
+    async def restored() -> dict[str, Any] | None:
+        current = await one_slice(published)
+        return current if current and not current["spec"].get("devices") else None
+
+    current = await eventually(restored)
+    assert current["metadata"]["name"] == name
+    assert current["spec"]["pool"]["generation"] == 1
+
+    await published.kube.delete(SLICES, name)
+
+    async def recreated() -> dict[str, Any] | None:
+        current = await one_slice(published)
+        return current if current and current["metadata"]["name"] != name else None
+
+    await eventually(recreated)
