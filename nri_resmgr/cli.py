@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from collections.abc import Mapping, Sequence
 
 import attrs
 
 from nri_resmgr import __version__
+from nri_resmgr.nri.service import ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, identity_errors
 
 DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"
 DEFAULT_PLUGIN_NAME = "resource-manager"
@@ -18,9 +18,6 @@ DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 POLICY_NAMES = ("topology-aware", "balloons", "template")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-
-_PLUGIN_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
-_PLUGIN_INDEX = re.compile(r"^[0-9]{2}$")
 
 
 @attrs.frozen
@@ -126,12 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_options(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> Options:
     """Flags, then the NRI environment variables, then defaults; checked at the edge."""
     ns = build_parser().parse_args(argv)
-    name = ns.nri_plugin_name or env.get("NRI_PLUGIN_NAME") or DEFAULT_PLUGIN_NAME
-    index = ns.nri_plugin_index or env.get("NRI_PLUGIN_IDX") or DEFAULT_PLUGIN_INDEX
-    if not _PLUGIN_NAME.match(name):
-        raise UsageError(f"--nri-plugin-name: {name!r} may only contain [A-Za-z0-9_.+-]")
-    if not _PLUGIN_INDEX.match(index):
-        raise UsageError(f"--nri-plugin-index: expected two digits, got {index!r}")
+    name = ns.nri_plugin_name or env.get(ENV_PLUGIN_NAME) or DEFAULT_PLUGIN_NAME
+    index = ns.nri_plugin_index or env.get(ENV_PLUGIN_IDX) or DEFAULT_PLUGIN_INDEX
+    problems = identity_errors(name, index)
+    if problems:
+        raise UsageError("; ".join(problems))
     options = Options(
         config_file=ns.config_file,
         kubeconfig=ns.kubeconfig,

@@ -40,16 +40,21 @@ class PluginIdentity:
     socket_fd: int | None = None
 
 
-def plugin_identity(name: str, index: str, env: Mapping[str, str] | None = None) -> PluginIdentity:
-    """Name, index and pre-connected fd, with the runtime's env vars taking precedence."""
-    env = os.environ if env is None else env
-    name = env.get(ENV_PLUGIN_NAME) or name
-    index = env.get(ENV_PLUGIN_IDX) or index
+def identity_errors(name: str, index: str) -> list[str]:
+    """What the runtime would refuse in RegisterPlugin, said before we dial."""
     errors = []
     if not _NAME_RE.match(name):
         errors.append(f"NRI plugin name {name!r}: use only letters, digits and _.+-")
     if not _INDEX_RE.match(index):
         errors.append(f"NRI plugin index {index!r}: must be exactly two digits, e.g. 90")
+    return errors
+
+
+def plugin_identity(name: str, index: str, env: Mapping[str, str] | None = None) -> PluginIdentity:
+    """Name and index as resolved by the caller (the CLI reads ``NRI_PLUGIN_NAME`` and
+    ``NRI_PLUGIN_IDX``), plus the pre-connected fd a runtime-launched plugin inherits."""
+    env = os.environ if env is None else env
+    errors = identity_errors(name, index)
     fd_text = env.get(ENV_PLUGIN_SOCKET, "")
     fd = None
     if fd_text:

@@ -31,8 +31,8 @@ def test_flags_beat_nri_environment_which_beats_defaults() -> None:
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
     [
-        (["--config-file", "x", "--nri-plugin-index", "9"], {}, "expected two digits"),
-        (["--config-file", "x", "--nri-plugin-name", "a b"], {}, "may only contain"),
+        (["--config-file", "x", "--nri-plugin-index", "9"], {}, "must be exactly two digits"),
+        (["--config-file", "x", "--nri-plugin-name", "a b"], {}, "use only letters, digits"),
         (["--policy", "template"], {}, "NODE_NAME is not set"),
         ([], {"NODE_NAME": "n"}, "--policy is required"),
     ],
