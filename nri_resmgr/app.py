@@ -9,9 +9,11 @@ import trio_asyncio
 
 from nri_resmgr.cli import Options
 from nri_resmgr.config import PolicyDocument, load_file
+from nri_resmgr.config.agent import ConfigAgent
 from nri_resmgr.config.filewatch import ConfigFileWatcher
-from nri_resmgr.daemon import Daemon, Service
-from nri_resmgr.errors import ConfigError
+from nri_resmgr.daemon import EXIT_FATAL, EXIT_OK, Daemon, Service, until_signalled
+from nri_resmgr.errors import ConfigError, Fatal
+from nri_resmgr.kube import KubeClient, load_config
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policy import PolicyEnv
@@ -20,12 +22,12 @@ log = logging.getLogger(__name__)
 
 
 def initial_config(options: Options) -> PolicyDocument:
-    """The configuration the daemon starts with; failing here is fatal, as in nri-plugins."""
+    """The configuration from --config-file; failing here is fatal, as in nri-plugins.
+
+    (With cluster access the first configuration comes from ``ConfigAgent.initial_config``.)
+    """
     if options.config_file is None:
-        raise ConfigError(
-            "configuration from the cluster (config CRs) is not available in this build; "
-            "start with --config-file PATH"
-        )
+        raise ConfigError("--config-file: not given; the configuration comes from the cluster")
     doc = load_file(options.config_file)
     if options.policy and options.policy != doc.policy_name:
         raise ConfigError(
@@ -35,22 +37,14 @@ def initial_config(options: Options) -> PolicyDocument:
     return doc
 
 
-def dra_wanted(options: Options, doc: PolicyDocument) -> bool:
-    """``dra.enabled`` unset or false: off. Enabled without cluster access: warn, off."""
-    if not doc.spec.dra.enabled:
-        return False
-    if not options.has_cluster_access or not options.node_name:
-        log.warning(
-            "spec.dra.enabled is true, but the daemon has no cluster access "
-            "(configuration from a local file): DRA stays off"
-        )
-        return False
-    return True
-
-
 def build_services(
-    options: Options, manager: ResourceManager, doc: PolicyDocument
+    options: Options,
+    manager: ResourceManager,
+    doc: PolicyDocument,
+    agent: ConfigAgent | None = None,
+    kube: KubeClient | None = None,
 ) -> list[Service]:
+    from nri_resmgr.dra.setup import build_dra_plugin
     from nri_resmgr.nri.service import NriService
 
     services: list[Service] = [
@@ -63,19 +57,59 @@ def build_services(
     ]
     if options.config_file is not None:
         services.append(ConfigFileWatcher(manager, options.config_file, doc))
-    if dra_wanted(options, doc):
-        log.warning("DRA is enabled but the kubelet plugin is not available in this build")
+    if agent is not None:
+        agent.attach(manager.reconfigure)
+        services.append(agent)
+    dra = build_dra_plugin(
+        manager,
+        manager.policy.name,
+        enabled=doc.spec.dra.enabled,
+        node_name=options.node_name if options.has_cluster_access else "",
+        kube=kube,
+        plugins_dir=options.kubelet_plugins_dir,
+        registry_dir=options.kubelet_registry_dir,
+    )
+    if dra is not None:
+        services.append(dra)
     return services
 
 
-async def run(options: Options) -> int:
-    doc = initial_config(options)
+def make_manager(options: Options, doc: PolicyDocument) -> ResourceManager:
     policy = create_policy(doc.policy_name)
     env = PolicyEnv(host_root=options.host_root, node_name=options.node_name)
-    manager = ResourceManager(policy, doc.spec, env)
-    log.info("policy %s configured from %s", policy.name, options.config_file or "the cluster")
+    return ResourceManager(policy, doc.spec, env)
+
+
+async def run(options: Options) -> int:
+    if options.config_file is not None:
+        doc = initial_config(options)
+        manager = make_manager(options, doc)
+        log.info("policy %s configured from %s", manager.policy.name, options.config_file)
+        return await run_daemon(options, manager, doc)
+    async with KubeClient(load_config(options.kubeconfig or None)) as client:
+        agent = ConfigAgent.from_options(client, options)
+        log.info("waiting for the %s configuration of node %s in namespace %s",
+                 agent.kind, options.node_name, options.config_namespace)  # fmt: skip
+        started = await until_signalled(
+            lambda: agent.initial_config(lambda doc: make_manager(options, doc))
+        )
+        if started is None:
+            return EXIT_OK
+        assert agent.doc is not None
+        log.info("policy %s configured from %s", started.policy.name, agent.cr_in_force)
+        return await run_daemon(options, started, agent.doc, agent, client)
+
+
+async def run_daemon(
+    options: Options,
+    manager: ResourceManager,
+    doc: PolicyDocument,
+    agent: ConfigAgent | None = None,
+    kube: KubeClient | None = None,
+) -> int:
     async with trio_asyncio.open_loop():
-        daemon = Daemon(build_services(options, manager, doc), grace=options.shutdown_grace)
+        services = build_services(options, manager, doc, agent, kube)
+        daemon = Daemon(services, grace=options.shutdown_grace)
         return await daemon.run()
 
 
@@ -86,3 +120,6 @@ def main(options: Options) -> int:
         for line in exc.errors:
             log.error("configuration error: %s", line)
         return 2
+    except Fatal as exc:
+        log.error("cannot start: %s", exc)
+        return EXIT_FATAL

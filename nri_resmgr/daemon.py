@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import trio
 
@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_FATAL = 1
+
+T = TypeVar("T")
 
 
 class Service(Protocol):
@@ -132,3 +134,32 @@ class _StartedHook:
 
     def __init__(self, started: Callable[[Any], None]) -> None:
         self.started = started
+
+
+async def until_signalled(fn: Callable[[], Awaitable[T]]) -> T | None:
+    """``await fn()``, unless SIGTERM/SIGINT comes first: then None.
+
+    For the work before the services start (waiting for the first cluster config), so that
+    a signal stops the daemon in that phase too, with a clean exit.
+    """
+    result: list[T] = []
+    failure: list[Exception] = []
+    async with trio.open_nursery() as nursery:
+
+        async def watch_signals() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    log.info("received %s before start-up finished: exiting",
+                             signal.Signals(signum).name)  # fmt: skip
+                    nursery.cancel_scope.cancel()
+                    return
+
+        nursery.start_soon(watch_signals)
+        try:
+            result.append(await fn())
+        except Exception as exc:  # raised below as itself, not wrapped in a group
+            failure.append(exc)
+        nursery.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
+    return result[0] if result else None

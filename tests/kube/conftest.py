@@ -1,15 +1,14 @@
-"""Fixtures: a fake API server per test (fast) and a real kube-apiserver per session."""
+"""Fixtures: a fake API server per test (fast); the real kube-apiserver is in tests/conftest.py."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import trio
 
 from nri_resmgr.kube import ClusterConfig, KubeClient
 from nri_resmgr.kube.auth import StaticToken, TokenSource
-from tests.kube.apiserver import ApiServer, start_apiserver
 from tests.kube.fakeserver import FakeServer, Handler
 
 ServeFake = Callable[..., Awaitable[tuple[FakeServer, KubeClient]]]
@@ -32,13 +31,3 @@ async def serve_fake(nursery: trio.Nursery) -> AsyncIterator[ServeFake]:
     yield start
     for client in clients:
         await client.aclose()
-
-
-@pytest.fixture(scope="session")
-def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    """A real etcd + kube-apiserver on loopback, built on first use; shared by the session."""
-    server = start_apiserver(tmp_path_factory.mktemp("apiserver"))
-    try:
-        yield server
-    finally:
-        server.shutdown()

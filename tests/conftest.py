@@ -1,0 +1,24 @@
+"""Fixtures shared across test packages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.kube.apiserver import ApiServer, start_apiserver
+
+
+@pytest.fixture(scope="session")
+def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """A real etcd + kube-apiserver on loopback, built on first use; shared by the session.
+
+    Defined here, not in tests/kube, so every package that needs it (kube client, config
+    agent, DRA) gets the same instance: a fixture imported into a second conftest would
+    start a second server.
+    """
+    server = start_apiserver(tmp_path_factory.mktemp("apiserver"))
+    try:
+        yield server
+    finally:
+        server.shutdown()
