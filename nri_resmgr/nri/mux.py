@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 import trio
 
 from nri_resmgr.nri.errors import ConnectionLost, ProtocolError
+from nri_resmgr.nri.writelock import WriteLock
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class Mux:
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self._stream = stream
-        self._send_lock = trio.Lock()
+        self._send_lock = WriteLock()
         self._channels = {
             cid: MuxChannel(self, cid) for cid in (PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN)
         }

@@ -17,6 +17,7 @@ import betterproto
 import trio
 
 from nri_resmgr._gen import ttrpc as envelope
+from nri_resmgr.nri import wire
 from nri_resmgr.nri.errors import Code, ConnectionLost, ProtocolError, RpcError
 from nri_resmgr.nri.ttrpc_codec import (
     MSG_REQUEST,
@@ -26,6 +27,7 @@ from nri_resmgr.nri.ttrpc_codec import (
     encode_message,
     read_messages,
 )
+from nri_resmgr.nri.writelock import WriteLock
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ class Writer:
 
     def __init__(self, stream: ByteStream) -> None:
         self._stream = stream
-        self._lock = trio.Lock()
+        self._lock = WriteLock()
 
     async def write(self, msg: Message) -> None:
         frame = encode_message(msg)
@@ -103,39 +105,38 @@ class TtrpcServer:
 
     async def _handle(self, msg: Message) -> None:
         try:
-            request = envelope.Request().parse(msg.data)
-        except Exception as exc:
+            # The envelope is decoded by hand: it is on every call's path (see wire.py).
+            service, method, payload, timeout_nano = wire.ttrpc_request(msg.data)
+        except wire.WireError as exc:
             await self._reply_error(msg.stream_id, Code.INVALID_ARGUMENT, f"bad request: {exc}")
             return
-        handler = self._lookup(request)
+        handler = self._lookup(service, method)
         try:
             if isinstance(handler, RpcError):
                 raise handler
-            timeout = request.timeout_nano / 1e9 if request.timeout_nano > 0 else math.inf
+            timeout = timeout_nano / 1e9 if timeout_nano > 0 else math.inf
             with trio.fail_after(timeout):
-                payload = await handler(request.payload)
+                reply = await handler(payload)
         except RpcError as exc:
             await self._reply_error(msg.stream_id, exc.code, exc.message)
             return
         except trio.TooSlowError:
-            log.warning(
-                "%s/%s: handler missed the caller's deadline", request.service, request.method
-            )
+            log.warning("%s/%s: handler missed the caller's deadline", service, method)
             await self._reply_error(msg.stream_id, Code.DEADLINE_EXCEEDED, "deadline exceeded")
             return
         except Exception as exc:
-            log.exception("%s/%s failed", request.service, request.method)
+            log.exception("%s/%s failed", service, method)
             await self._reply_error(msg.stream_id, Code.UNKNOWN, str(exc) or type(exc).__name__)
             return
-        await self._reply(msg.stream_id, envelope.Response(payload=payload))
+        await self._reply_bytes(msg.stream_id, wire.ttrpc_response(reply))
 
-    def _lookup(self, request: envelope.Request) -> RawHandler | RpcError:
-        methods = self._services.get(request.service)
+    def _lookup(self, service: str, method: str) -> RawHandler | RpcError:
+        methods = self._services.get(service)
         if methods is None:
-            return RpcError(Code.UNIMPLEMENTED, f"service {request.service}")
-        handler = methods.get(request.method)
+            return RpcError(Code.UNIMPLEMENTED, f"service {service}")
+        handler = methods.get(method)
         if handler is None:
-            return RpcError(Code.UNIMPLEMENTED, f"method {request.method}")
+            return RpcError(Code.UNIMPLEMENTED, f"method {method}")
         return handler
 
     async def _reply_error(self, stream_id: int, code: int, message: str) -> None:
@@ -143,8 +144,11 @@ class TtrpcServer:
         await self._reply(stream_id, envelope.Response(status=status))
 
     async def _reply(self, stream_id: int, response: envelope.Response) -> None:
+        await self._reply_bytes(stream_id, bytes(response))
+
+    async def _reply_bytes(self, stream_id: int, response: bytes) -> None:
         try:
-            await self._writer.write(Message(stream_id, MSG_RESPONSE, bytes(response)))
+            await self._writer.write(Message(stream_id, MSG_RESPONSE, response))
         except RpcError as exc:
             # Our own reply is too big; tell the caller instead of leaving it waiting.
             status = envelope.Status(code=exc.code, message=exc.message)

@@ -1,0 +1,135 @@
+"""The NRI measurements: CreateContainer latency by live population, Synchronize, RSS.
+
+Fairness on a shared machine: every contender runs at once, each behind its own harness,
+and the measurement rounds rotate through them (and the ping-pong floor), a batch each, so a
+burst of load from elsewhere lands on all of them instead of on whoever ran at that moment.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from tests.bench import workload
+from tests.bench.contenders import Contender, Lane, open_lane, rss_kib
+from tests.bench.floor import echo_peer
+from tests.bench.stats import ratio, summarize_ns
+
+FLOOR = "floor/unix-ping-pong"
+RSS_POPULATION = 1000
+
+
+@attrs.frozen
+class LatencyPlan:
+    levels: tuple[int, ...] = (0, 100, 500)
+    rounds: int = 6
+    batch: int = 100
+
+
+def _rotated(items: Sequence[Any], by: int) -> list[Any]:
+    by %= len(items)
+    return [*items[by:], *items[:by]]
+
+
+async def latency_phase(
+    contenders: Sequence[Contender], harness: Path, workdir: Path, plan: LatencyPlan
+) -> dict[str, Any]:
+    raw: dict[str, dict[str, list[int]]] = {}
+    per_round: dict[str, dict[str, list[float]]] = {}
+    async with AsyncExitStack() as stack:
+        lanes: list[Lane] = []
+        for i, contender in enumerate(contenders):
+            lanes.append(await stack.enter_async_context(
+                open_lane(contender, harness, workdir / f"lane{i}")
+            ))  # fmt: skip
+        started = {lane.contender.name: _start_record(lane) for lane in lanes}
+        floor = stack.enter_context(echo_peer(workdir))
+        for level in plan.levels:
+            for lane in lanes:
+                await lane.populate(level)
+            raw[str(level)] = {name: [] for name in [*started, FLOOR]}
+            per_round[str(level)] = {name: [] for name in [*started, FLOOR]}
+            runners: list[Lane | None] = [*lanes, None]
+            for r in range(plan.rounds):
+                for runner in _rotated(runners, r):
+                    if runner is None:
+                        name, batch = FLOOR, floor.samples(plan.batch)
+                    else:
+                        name, batch = runner.contender.name, await runner.sample_create(plan.batch)
+                    raw[str(level)][name] += batch
+                    per_round[str(level)][name].append(statistics.median(batch) / 1000)
+        for lane in lanes:
+            await lane.populate(RSS_POPULATION)
+            started[lane.contender.name]["rss_kib_at_1000"] = lane.rss_kib()
+    return {
+        "processes": started,
+        "create_container": _latency_table(raw, per_round, [c.name for c in contenders]),
+        "raw_ns": raw,
+    }
+
+
+def _start_record(lane: Lane) -> dict[str, Any]:
+    return {
+        "start_to_registered_s": round(lane.startup_s, 3),
+        "rss_kib_at_start": rss_kib(lane.pid),
+    }
+
+
+def _latency_table(
+    raw: dict[str, dict[str, list[int]]],
+    per_round: dict[str, dict[str, list[float]]],
+    names: Sequence[str],
+) -> dict[str, Any]:
+    """Summaries per level, and for each of ours the ratios to every other contender and
+    to the floor, overall and round by round (the pairs measured back to back)."""
+    out: dict[str, Any] = {}
+    theirs = [n for n in names if not n.startswith("ours/")] + [FLOOR]
+    for level, by_name in raw.items():
+        row: dict[str, Any] = {name: summarize_ns(samples) for name, samples in by_name.items()}
+        rounds = per_round[level]
+        for name in (n for n in names if n.startswith("ours/")):
+            row[name]["vs"] = {
+                other: {
+                    "median": ratio(row[name]["median_us"], row[other]["median_us"]),
+                    "p99": ratio(row[name]["p99_us"], row[other]["p99_us"]),
+                    "median_by_round": [
+                        ratio(a, b) for a, b in zip(rounds[name], rounds[other], strict=True)
+                    ],
+                }
+                for other in theirs
+            }
+        out[level] = row
+    return out
+
+
+async def sync_phase(
+    contenders: Sequence[Contender], harness: Path, workdir: Path, n: int, repeats: int
+) -> dict[str, Any]:
+    """Synchronize with ``n`` existing containers, timed by the harness around the call;
+    contenders alternate, a fresh harness and plugin each time."""
+    existing = workload.existing_state(n)
+    times: dict[str, list[float]] = {c.name: [] for c in contenders}
+    startup: dict[str, list[float]] = {c.name: [] for c in contenders}
+    for rep in range(repeats):
+        for contender in _rotated(contenders, rep):
+            lane_dir = workdir / f"sync{rep}-{contender.impl}-{contender.policy}"
+            async with open_lane(contender, harness, lane_dir, existing=existing) as lane:
+                [record] = lane.ready["syncs"]
+                if record.get("error"):
+                    raise RuntimeError(f"{contender.name}: Synchronize failed: {record['error']}")
+                times[contender.name].append(record["ns"] / 1e6)
+                startup[contender.name].append(lane.startup_s)
+    return {
+        name: {
+            "containers": n,
+            "sync_ms_median": round(statistics.median(ms), 1),
+            "sync_ms_all": [round(x, 1) for x in ms],
+            "start_to_synchronized_s_median": round(statistics.median(startup[name]), 3),
+        }
+        for name, ms in times.items()
+    }

@@ -1,0 +1,163 @@
+"""The one table, ``bench.json`` and the latency plot."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tests.bench.nri_phases import FLOOR
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "go": _go_version(),
+    }
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _go_version() -> str:
+    try:
+        out = subprocess.run(["go", "version"], capture_output=True, text=True, check=False)
+    except OSError:
+        return "unknown"
+    return out.stdout.strip().removeprefix("go version ")
+
+
+def write_json(results: dict[str, Any], out_dir: Path) -> Path:
+    path = out_dir / "bench.json"
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    return path
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float | int):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def table(results: dict[str, Any]) -> str:
+    return "\n".join(_table_lines(results))
+
+
+def _table_lines(r: dict[str, Any]) -> Iterator[str]:
+    m = r["machine"]
+    yield f"Machine: {m['nproc']} CPUs, {m['cpu_model']}; {m['date_utc']}; Python {m['python']}"
+    yield f"Load average (1/5/15 min): start {r['load_start']}, end {r['load_end']}"
+    nri = r.get("nri")
+    if nri:
+        yield from _create_rows(nri)
+        yield ""
+        yield "| process | start to registered (s) | RSS at start (MiB) | RSS, 1,000 live (MiB) |"
+        yield "|---|---:|---:|---:|"
+        for name, p in nri["processes"].items():
+            yield (
+                f"| {name} | {p['start_to_registered_s']:.2f} | {p['rss_kib_at_start'] / 1024:.1f}"
+                f" | {p.get('rss_kib_at_1000', 0) / 1024:.1f} |"
+            )
+    if r.get("sync"):
+        yield ""
+        yield "| Synchronize, 1,000 existing containers | reply (ms, median) | all runs (ms) |"
+        yield "|---|---:|---|"
+        for name, s in r["sync"].items():
+            yield f"| {name} | {_fmt(s['sync_ms_median'], 1)} | {s['sync_ms_all']} |"
+    yield from _extra_rows(r)
+
+
+def _create_rows(nri: dict[str, Any]) -> Iterator[str]:
+    yield ""
+    yield "NRI CreateContainer round trip through the Go harness (NRI v0.12.2), in µs:"
+    first_level = next(iter(nri["create_container"].values()))
+    ours = [n for n in first_level if n.startswith("ours/")]
+    others = [n for n in first_level if not n.startswith("ours/")]
+    header = "| live | contender | n | median | p99 | max |"
+    header += "".join(f" ÷ {o} (median/p99) |" for o in others)
+    yield header
+    yield "|---:|---|---:|---:|---:|---:|" + "---:|" * len(others)
+    for level, row in nri["create_container"].items():
+        for name in [*ours, *others]:
+            s = row[name]
+            cells = f"| {level} | {name} | {s['n']} | {_fmt(s['median_us'])} | "
+            cells += f"{_fmt(s['p99_us'])} | {_fmt(s['max_us'])} |"
+            for other in others:
+                vs = s.get("vs", {}).get(other)
+                cells += f" {vs['median']} / {vs['p99']} |" if vs else " |"
+            yield cells
+
+
+def _extra_rows(r: dict[str, Any]) -> Iterator[str]:
+    policy = r.get("policy") or {}
+    if policy:
+        yield ""
+        yield "| policy decision (in-process, 128-CPU synthetic machine) | at 500 live |"
+        yield "|---|---|"
+        for name, p in policy.items():
+            if "unavailable" in p:
+                yield f"| {name} | unavailable: {p['unavailable']} |"
+            else:
+                yield (
+                    f"| {name} | mean {p['create_ms_mean']} ms, p95 {p['create_ms_p95']} ms; "
+                    f"Synchronize of {p['synchronize_containers']}: {p['synchronize_ms']} ms |"
+                )
+    dra = r.get("dra") or {}
+    if dra:
+        yield ""
+        yield "| DRA NodePrepareResources (grpcio client, one claim) | median (µs) | p99 (µs) |"
+        yield "|---|---:|---:|"
+        for key, d in dra.items():
+            if "unavailable" in d:
+                yield f"| {key} | unavailable: {d['unavailable']} | |"
+            else:
+                yield f"| {key} | {_fmt(d['median_us'])} | {_fmt(d['p99_us'])} |"
+
+
+def plot(results: dict[str, Any], out_dir: Path) -> Path | None:
+    """ECDFs of the CreateContainer samples, one panel per live population."""
+    raw = results.get("nri", {}).get("raw_ns")
+    if not raw:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e .[bench]): no plot")
+        return None
+    fig, axes = plt.subplots(1, len(raw), figsize=(5 * len(raw), 4), sharey=True, squeeze=False)
+    for ax, (level, by_name) in zip(axes[0], raw.items(), strict=True):
+        for name, samples in by_name.items():
+            us = sorted(s / 1000 for s in samples)
+            ys = [(i + 1) / len(us) for i in range(len(us))]
+            ax.step(us, ys, where="post", label=name, linestyle=":" if name == FLOOR else "-")
+        ax.set_xscale("log")
+        ax.set_title(f"CreateContainer, {level} live containers")
+        ax.set_xlabel("round trip (µs, log scale)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("fraction of calls ≤ x")
+    axes[0][-1].legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    path = out_dir / "latency.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,54 @@
+"""The NRI write lock: exclusive, first come first served, and no yield when free."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from nri_resmgr.nri.writelock import WriteLock
+
+
+async def test_writers_hold_the_lock_one_at_a_time_in_arrival_order() -> None:
+    lock = WriteLock()
+    order: list[str] = []
+
+    async def writer(name: str) -> None:
+        async with lock:
+            order.append(f"{name} in")
+            await trio.sleep(0.01)
+            order.append(f"{name} out")
+
+    async with trio.open_nursery() as nursery:
+        for name in "abc":
+            nursery.start_soon(writer, name)
+            await trio.testing.wait_all_tasks_blocked()
+    assert order == ["a in", "a out", "b in", "b out", "c in", "c out"]
+    assert not lock.locked()
+
+
+async def test_a_free_lock_is_taken_without_a_trip_through_the_scheduler() -> None:
+    lock = WriteLock()
+    with trio.testing.assert_no_checkpoints():
+        async with lock:
+            assert lock.locked()
+    assert not lock.locked()
+
+
+async def test_a_waiter_cancelled_while_parked_does_not_get_the_lock() -> None:
+    lock = WriteLock()
+    got: list[str] = []
+
+    async def waiter(name: str, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            async with lock:
+                got.append(name)
+
+    async with trio.open_nursery() as nursery, lock:
+        first = await nursery.start(waiter, "first")
+        await nursery.start(waiter, "second")
+        await trio.testing.wait_all_tasks_blocked()
+        first.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+    assert got == ["second"]
+    assert not lock.locked()
