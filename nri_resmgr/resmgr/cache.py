@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import attrs
 
@@ -47,9 +48,30 @@ class Allocation:
         return self.request % 1000 if self.kind is Kind.MIXED else self.request
 
 
+class PoolLoad(NamedTuple):
+    """What a pool's containers take from it (reserved and preserved ones not counted)."""
+
+    shared_mcpu: int = 0
+    shared_users: int = 0
+    containers: int = 0
+
+
+_NO_LOAD = PoolLoad()
+
+
+def _counts_as_load(a: Allocation) -> bool:
+    return a.kind not in (Kind.RESERVED, Kind.PRESERVE)
+
+
 class AllocationCache:
+    """Allocations by container, with the per-pool load and the union of exclusive CPUs kept
+    up to date on every change: placement reads them on every decision, so they must not
+    cost a walk over every container."""
+
     def __init__(self) -> None:
         self._by_id: dict[str, Allocation] = {}
+        self._loads: dict[str, PoolLoad] = {}
+        self._exclusive: CpuSet | None = CpuSet()
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -64,16 +86,46 @@ class AllocationCache:
         return self._by_id.get(container_id)
 
     def put(self, allocation: Allocation) -> None:
+        old = self._by_id.get(allocation.container_id)
+        if old is not None:
+            self._forget(old)
         self._by_id[allocation.container_id] = allocation
+        self._count(allocation, +1)
+        if allocation.exclusive:
+            self._exclusive = None
 
     def pop(self, container_id: str) -> Allocation | None:
-        return self._by_id.pop(container_id, None)
+        old = self._by_id.pop(container_id, None)
+        if old is not None:
+            self._forget(old)
+        return old
 
     def clear(self) -> None:
         self._by_id.clear()
+        self._loads.clear()
+        self._exclusive = CpuSet()
+
+    def _forget(self, old: Allocation) -> None:
+        self._count(old, -1)
+        if old.exclusive:
+            self._exclusive = None
+
+    def _count(self, a: Allocation, sign: int) -> None:
+        if _counts_as_load(a):
+            mcpu, users, count = self._loads.get(a.pool, _NO_LOAD)
+            uses_shared = a.kind is Kind.SHARED or a.kind is Kind.MIXED
+            self._loads[a.pool] = PoolLoad(
+                mcpu + sign * a.shared_part, users + sign * uses_shared, count + sign
+            )
+
+    def loads(self) -> dict[str, PoolLoad]:
+        """Per pool name: the load of the containers placed there."""
+        return self._loads
 
     def in_pool(self, pool: str) -> list[Allocation]:
         return [a for a in self._by_id.values() if a.pool == pool]
 
     def exclusive_cpus(self) -> CpuSet:
-        return CpuSet.union_all(a.exclusive for a in self._by_id.values())
+        if self._exclusive is None:
+            self._exclusive = CpuSet.union_all(a.exclusive for a in self._by_id.values())
+        return self._exclusive

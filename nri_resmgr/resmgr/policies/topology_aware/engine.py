@@ -53,6 +53,9 @@ class Engine:
         self.subtrees = [subtree(pools, p.index) for p in pools]
         self.ancestors = [ancestors(pools, p.index) for p in pools]
         self.cache = AllocationCache()
+        # The shared cpusets every cached allocation was last brought in line with; None when
+        # allocations were stored from outside (restore) and must all be checked again.
+        self._settled: list[CpuSet] | None = None
 
     # -- supply ---------------------------------------------------------------------------
 
@@ -64,13 +67,10 @@ class Engine:
     def _usage(self) -> dict[int, tuple[int, int, int]]:
         """Per pool: (shared mCPU, shared users, all containers)."""
         usage: dict[int, tuple[int, int, int]] = {}
-        for a in self.cache:
-            i = self.index.get(a.pool)
-            if i is None or a.kind in (Kind.RESERVED, Kind.PRESERVE):
-                continue
-            load, users, count = usage.get(i, (0, 0, 0))
-            uses_shared = a.kind in (Kind.SHARED, Kind.MIXED)
-            usage[i] = (load + a.shared_part, users + uses_shared, count + 1)
+        for pool, load in self.cache.loads().items():
+            i = self.index.get(pool)
+            if i is not None:
+                usage[i] = (load.shared_mcpu, load.shared_users, load.containers)
         return usage
 
     def _load(
@@ -229,10 +229,23 @@ class Engine:
             cpu_shares=None if a.kind is Kind.PRESERVE else milli_cpu_to_shares(_portion(a)),
         )
 
+    def unsettle(self) -> None:
+        """Allocations were stored with cpusets the engine did not choose (restore): the next
+        ``refresh`` checks every container, not only after a change of the shared sets."""
+        self._settled = None
+
     def refresh(self, skip: str | None = None) -> list[Update]:
-        """Updates for every container whose cpuset or mems no longer match its grant."""
+        """Updates for every container whose cpuset or mems no longer match its grant.
+
+        A container's wanted cpuset depends only on its own grant (kept in line when granted)
+        and its pool's shared CPUs, so while no shared set changed there is nothing to do:
+        placing a shared container stays O(pools), not O(containers).
+        """
         taken = self.cache.exclusive_cpus()
         shared = [self.shared_cpus(p.index, taken) for p in self.pools]
+        if shared == self._settled:
+            return []
+        self._settled = shared
         updates: list[Update] = []
         for a in sorted(self.cache, key=lambda a: a.container_id):
             if a.container_id == skip:

@@ -58,6 +58,7 @@ def restore(engine: Engine, lives: Sequence[Live]) -> list[Update]:
         a = engine.cache.get(live.container.id)
         if a is not None:
             engine.cache.put(attrs.evolve(a, cpus=live.cpus, mems=live.mems))
+    engine.unsettle()
     return engine.refresh()
 
 
