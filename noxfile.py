@@ -80,6 +80,21 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def fuzz(session: nox.Session) -> None:
+    """1,000,000 fuzzed inputs through the NRI receive path (atheris); inputs/s, peak RSS."""
+    install_project(session, "test")
+    session.install("atheris==2.3.0")
+    session.run("python", "-m", "tests.reliability.fuzz", "--runs", "1000000", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def soak(session: nox.Session) -> None:
+    """100,000 container create/remove cycles through the simulator; RSS before/after."""
+    install_project(session, "test")
+    session.run("python", "-m", "tests.reliability.soak", "--cycles", "100000", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def helm(session: nox.Session) -> None:
     """Helm charts: check generated files, build helm (cached), lint and render all charts."""
     install_project(session, "test")

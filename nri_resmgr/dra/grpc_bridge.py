@@ -145,6 +145,13 @@ class _TrackingServer(Server):
             connection = getattr(protocol, "connection", None)
             if connection is not None:
                 connection.close()
+        # grpclib's Handler keeps accepting streams after Server.close(): a handler task
+        # queued for a stream that arrived meanwhile would start after the close above and
+        # fail on the vanished transport ("Server error", AttributeError '_transport').
+        # Cancelling them before their first step changes nothing for the client (its
+        # connection is already closed) and keeps those bogus errors out of the log.
+        for handler in list(self._handlers):
+            handler.close()
 
 
 HandlerFactory = Callable[[TrioGate], Sequence[Any]]
