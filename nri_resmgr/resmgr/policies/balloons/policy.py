@@ -13,7 +13,7 @@ from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
-from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
+from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
 from nri_resmgr.resmgr.policies.balloons.restore import Live, rebuild
 from nri_resmgr.resmgr.policies.balloons.state import Balloon, Balloons
@@ -24,23 +24,21 @@ from nri_resmgr.resmgr.policies.balloons.types import (
     balloon_types,
     creation_order,
 )
-from nri_resmgr.resmgr.policy import PolicyBase, PolicyEnv
+from nri_resmgr.resmgr.policies.hardware import HardwarePolicy, reported_cpuset
+from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.resmgr.requests import container_request, milli_cpu_to_shares
-from nri_resmgr.sysfs import System, discover
+from nri_resmgr.sysfs import System
 
 log = logging.getLogger(__name__)
 
 
-class BalloonsPolicy(PolicyBase):
+class BalloonsPolicy(HardwarePolicy):
     name = "balloons"
 
     def __init__(self, system: System | None = None) -> None:
-        super().__init__()
-        self._system = system
+        super().__init__(system)
         self._state: Balloons | None = None
         self._matcher: Matcher | None = None
-        self.pods: dict[str, Pod] = {}
-        self.containers: dict[str, Container] = {}
 
     @property
     def state(self) -> Balloons:
@@ -58,8 +56,6 @@ class BalloonsPolicy(PolicyBase):
 
     def setup(self, spec: PolicySpec, env: PolicyEnv) -> None:
         super().setup(spec, env)
-        if self._system is None:
-            self._system = discover(env.host_root)
         self._state, self._matcher = self._build(spec)
         self._create_min_balloons(self._state)
 
@@ -68,12 +64,11 @@ class BalloonsPolicy(PolicyBase):
             raise ConfigError(
                 f"spec: balloons needs a BalloonsPolicy spec, got {type(spec).__name__}"
             )
-        assert self._system is not None
         types = balloon_types(spec)
-        allowed = allowed_cpus(self._system, spec.available_resources)
-        reserved = reserved_cpus(self._system, spec.reserved_resources, allowed)
+        allowed = allowed_cpus(self.system, spec.available_resources)
+        reserved = reserved_cpus(self.system, spec.reserved_resources, allowed)
         matcher = Matcher(tuple(types), spec.reserved_pool_namespaces)
-        return Balloons(self._system, spec, allowed, reserved), matcher
+        return Balloons(self.system, spec, allowed, reserved), matcher
 
     def _create_min_balloons(self, state: Balloons) -> None:
         reserved_type = self.matcher.by_name(RESERVED)
@@ -120,7 +115,7 @@ class BalloonsPolicy(PolicyBase):
                 continue
             self.containers[c.id] = c
             res = c.resources or Resources()
-            cpus, mems = _parse(res.cpuset_cpus, c), _parse(res.cpuset_mems, c)
+            cpus, mems = reported_cpuset(res.cpuset_cpus, c), reported_cpuset(res.cpuset_mems, c)
             lives.append(self._live(self.matcher, pod, c, cpus, mems))
         # Start from empty balloons: the running containers say where the balloons are.
         self._state, _ = self._build(self.state.spec)
@@ -150,15 +145,6 @@ class BalloonsPolicy(PolicyBase):
         return Live(pod, c, matcher.type_for(pod, c), request, cpus, mems)
 
     # -- lifecycle ------------------------------------------------------------------------
-
-    def run_pod_sandbox(self, pod: Pod) -> None:
-        self.pods[pod.id] = pod
-
-    def update_pod_sandbox(self, pod: Pod) -> None:
-        self.pods[pod.id] = pod
-
-    def remove_pod_sandbox(self, pod: Pod) -> None:
-        self.pods.pop(pod.id, None)
 
     def create_container(self, pod: Pod, container: Container) -> tuple[Adjustment, list[Update]]:
         self.pods.setdefault(pod.id, pod)
@@ -214,13 +200,3 @@ def _preserved(pod: Pod, c: Container) -> bool:
 
 def _with_applied(a: Allocation, cpus: CpuSet | None, mems: CpuSet | None) -> Allocation:
     return attrs.evolve(a, cpus=cpus, mems=mems)
-
-
-def _parse(text: str | None, c: Container) -> CpuSet | None:
-    if not text:
-        return None
-    try:
-        return CpuSet.parse(text)
-    except CpuSetError as e:
-        log.warning("container %s: ignoring unparsable cpuset %r: %s", c.id, text, e)
-        return None

@@ -12,28 +12,26 @@ from nri_resmgr.config.models import PolicySpec, TopologyAwareSpec
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
-from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
+from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
+from nri_resmgr.resmgr.policies.hardware import HardwarePolicy, reported_cpuset
 from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.resmgr.policies.topology_aware.pools import build_pools
 from nri_resmgr.resmgr.policies.topology_aware.preferences import wanted
 from nri_resmgr.resmgr.policies.topology_aware.restore import Live, restore
-from nri_resmgr.resmgr.policy import PolicyBase, PolicyEnv
+from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.resmgr.requests import container_request
-from nri_resmgr.sysfs import System, discover
+from nri_resmgr.sysfs import System
 
 log = logging.getLogger(__name__)
 
 
-class TopologyAwarePolicy(PolicyBase):
+class TopologyAwarePolicy(HardwarePolicy):
     name = "topology-aware"
 
     def __init__(self, system: System | None = None) -> None:
-        super().__init__()
-        self._system = system
+        super().__init__(system)
         self._engine: Engine | None = None
-        self.pods: dict[str, Pod] = {}
-        self.containers: dict[str, Container] = {}
 
     @property
     def engine(self) -> Engine:
@@ -45,8 +43,6 @@ class TopologyAwarePolicy(PolicyBase):
 
     def setup(self, spec: PolicySpec, env: PolicyEnv) -> None:
         super().setup(spec, env)
-        if self._system is None:
-            self._system = discover(env.host_root)
         self._engine = self._build(spec)
         log.info(
             "topology-aware pools: %s", ", ".join(f"{p.name}={p.cpus}" for p in self._engine.pools)
@@ -57,10 +53,9 @@ class TopologyAwarePolicy(PolicyBase):
             raise ConfigError(
                 f"spec: topology-aware needs a TopologyAwarePolicy spec, got {type(spec).__name__}"
             )
-        assert self._system is not None
-        allowed = allowed_cpus(self._system, spec.available_resources)
-        reserved = reserved_cpus(self._system, spec.reserved_resources, allowed)
-        return Engine(self._system, spec, build_pools(self._system), allowed, reserved)
+        allowed = allowed_cpus(self.system, spec.available_resources)
+        reserved = reserved_cpus(self.system, spec.reserved_resources, allowed)
+        return Engine(self.system, spec, build_pools(self.system), allowed, reserved)
 
     def reconfigure(self, spec: PolicySpec) -> list[Update]:
         engine = self._build(spec)
@@ -88,7 +83,11 @@ class TopologyAwarePolicy(PolicyBase):
             res = c.resources or Resources()
             lives.append(
                 self._live(
-                    self.engine, pod, c, _parse(res.cpuset_cpus, c), _parse(res.cpuset_mems, c)
+                    self.engine,
+                    pod,
+                    c,
+                    reported_cpuset(res.cpuset_cpus, c),
+                    reported_cpuset(res.cpuset_mems, c),
                 )
             )
         updates = restore(self.engine, lives)
@@ -103,15 +102,6 @@ class TopologyAwarePolicy(PolicyBase):
         return Live(pod, c, want, keep_mems, cpus, mems)
 
     # -- lifecycle ------------------------------------------------------------------------
-
-    def run_pod_sandbox(self, pod: Pod) -> None:
-        self.pods[pod.id] = pod
-
-    def update_pod_sandbox(self, pod: Pod) -> None:
-        self.pods[pod.id] = pod
-
-    def remove_pod_sandbox(self, pod: Pod) -> None:
-        self.pods.pop(pod.id, None)
 
     def create_container(self, pod: Pod, container: Container) -> tuple[Adjustment, list[Update]]:
         self.pods.setdefault(pod.id, pod)
@@ -155,13 +145,3 @@ class TopologyAwarePolicy(PolicyBase):
     def remove_container(self, pod: Pod, container: Container) -> list[Update]:
         self.containers.pop(container.id, None)
         return self.stop_container(pod, container)
-
-
-def _parse(text: str | None, c: Container) -> CpuSet | None:
-    if not text:
-        return None
-    try:
-        return CpuSet.parse(text)
-    except CpuSetError as e:
-        log.warning("container %s: ignoring unparsable cpuset %r: %s", c.id, text, e)
-        return None
