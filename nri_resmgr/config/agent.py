@@ -106,17 +106,12 @@ class ConfigAgent:
     async def _first_config(
         self, tracker: ConfigTracker, build: Callable[[PolicyDocument], T], result: list[T]
     ) -> ConfigError | None:
-        while True:
-            await tracker.wait_changed()
-            selection = tracker.selection()
-            if selection is None or not self._is_new(selection):
-                continue
-            assert selection.cr is not None
+        cr = await self._next_new_cr(tracker)
 
-            def build_into(doc: PolicyDocument) -> None:
-                result.append(build(doc))
+        def build_into(doc: PolicyDocument) -> None:
+            result.append(build(doc))
 
-            return await self._apply(selection.cr, _awaitable(build_into))
+        return await self._apply(cr, _awaitable(build_into))
 
     # -- phase 2: the daemon service --------------------------------------------------------
 
@@ -163,17 +158,22 @@ class ConfigAgent:
             await reconfigure(doc.spec)
 
         while True:
-            await tracker.wait_changed()
-            selection = tracker.selection()
-            if selection is None or not self._is_new(selection):
-                continue
-            assert selection.cr is not None
-            error = await self._apply(selection.cr, apply)
+            cr = await self._next_new_cr(tracker)
+            error = await self._apply(cr, apply)
             for line in error.errors if error else ():
                 log.error("config %s rejected, the previous configuration stays: %s",
-                          self._describe(selection.cr), line)  # fmt: skip
+                          self._describe(cr), line)  # fmt: skip
 
     # -- shared -----------------------------------------------------------------------------
+
+    async def _next_new_cr(self, tracker: ConfigTracker) -> KubeObject:
+        """Waits until the CR in force is one (UID, generation) not handled yet."""
+        while True:
+            await tracker.wait_changed()
+            selection = tracker.selection()
+            if selection is not None and self._is_new(selection):
+                assert selection.cr is not None
+                return selection.cr
 
     def _tracker(self) -> ConfigTracker:
         return ConfigTracker(self._client, self.resource, self.namespace, self.node_name,
