@@ -11,6 +11,7 @@ from nri_resmgr.kube.errors import (
     Gone,
     Invalid,
     NotFound,
+    TlsVerifyFailed,
     Unauthorized,
     Unavailable,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "NotFound",
     "ObjectList",
     "PatchType",
+    "TlsVerifyFailed",
     "Unauthorized",
     "Unavailable",
     "Watch",

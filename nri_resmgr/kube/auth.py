@@ -14,9 +14,9 @@ from nri_resmgr.errors import ConfigError
 
 @attrs.frozen
 class StaticToken:
-    """A token written into a kubeconfig."""
+    """A token written into a kubeconfig; kept out of ``repr`` so it never reaches a log."""
 
-    token: str
+    token: str = attrs.field(repr=False)
 
     def current(self) -> str:
         return self.token
@@ -34,7 +34,7 @@ class TokenFile:
     """
 
     path: Path
-    _token: str = attrs.field(init=False, default="")
+    _token: str = attrs.field(init=False, default="", repr=False)
     _stamp: tuple[int, int, int] | None = attrs.field(init=False, default=None)
 
     def current(self) -> str:

@@ -60,6 +60,7 @@ class KubeClient:
         timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        config.check_transport()
         self.config = config
         self.timeout = timeout
         verify: Any = config.ssl_context() if config.server.startswith("https:") else True

@@ -7,6 +7,7 @@ tree then retries them instead of ending the daemon.
 from __future__ import annotations
 
 import json
+import ssl
 from typing import Any
 
 from nri_resmgr.errors import Recoverable, ResmgrError
@@ -100,9 +101,35 @@ def error_from_body(http_status: int, body: bytes) -> ApiError:
     return error_for(http_status, _default_reason(http_status), text)
 
 
-def connection_error(exc: BaseException) -> Unavailable:
-    """A transport failure (refused, reset, timed out) as an ``Unavailable`` error."""
-    return Unavailable(0, type(exc).__name__, str(exc) or repr(exc))
+class TlsVerifyFailed(ApiError):
+    """The server's certificate does not verify: a deployment problem retrying cannot cure."""
+
+
+def connection_error(exc: BaseException) -> ApiError:
+    """A transport failure as an error that names its root cause.
+
+    httpx wraps the ssl or OS error and often has no message of its own (``ConnectError('')``),
+    so the cause chain is walked for the most specific description. A certificate that does
+    not verify is ``TlsVerifyFailed`` (not retried: the CA or the server name is wrong);
+    everything else (refused, reset, timed out, a handshake cut short) is ``Unavailable``.
+    """
+    chain = _causes(exc)
+    for cause in chain:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            detail = cause.verify_message or cause.reason or str(cause)
+            return TlsVerifyFailed(0, "TLSVerifyFailed", f"certificate verify failed: {detail}")
+    described = [f"{type(c).__name__}: {c}" for c in chain if str(c)]
+    message = "; caused by ".join(described) or repr(exc)
+    return Unavailable(0, type(exc).__name__, message)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain and len(chain) < 8:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
 
 
 def _default_reason(status: int) -> str:

@@ -24,7 +24,10 @@ async def serve_fake(nursery: trio.Nursery) -> AsyncIterator[ServeFake]:
     ) -> tuple[FakeServer, KubeClient]:
         server = FakeServer(handler)
         url = await nursery.start(server.serve)
-        client = KubeClient(ClusterConfig(server=url, token=token or StaticToken("secret")))
+        config = ClusterConfig(
+            server=url, token=token or StaticToken("secret"), allow_http_token=True
+        )
+        client = KubeClient(config)
         clients.append(client)
         return server, client
 

@@ -8,10 +8,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
 from nri_resmgr.backoff import Backoff
+from nri_resmgr.errors import Recoverable
 from nri_resmgr.kube import (
     AlreadyExists,
     Conflict,
@@ -21,6 +23,7 @@ from nri_resmgr.kube import (
     KubeClient,
     NotFound,
     PatchType,
+    TlsVerifyFailed,
     Watch,
     WatchEvent,
     load_in_cluster,
@@ -306,3 +309,14 @@ async def test_bookmarks_advance_an_idle_watch(client: KubeClient, namespace: st
         nursery.cancel_scope.cancel()
     with pytest.raises(trio.WouldBlock):
         events.receive_nowait()  # the bookmark itself is never handed out as an event
+
+
+async def test_an_untrusted_server_certificate_names_its_cause_and_is_not_retried(
+    apiserver: ApiServer,
+) -> None:
+    # No CA given: the system store does not know the test CA, so verification must fail.
+    untrusted = attrs.evolve(apiserver.config(), ca_pem=None)
+    async with KubeClient(untrusted) as kube:
+        with pytest.raises(TlsVerifyFailed, match=r"certificate verify failed: .*issuer") as caught:
+            await kube.list(NODES)
+    assert not isinstance(caught.value, Recoverable)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.kube import load_config, load_kubeconfig
+from nri_resmgr.kube import ClusterConfig, KubeClient, load_config, load_kubeconfig
 from nri_resmgr.kube.auth import StaticToken, TokenFile
 
 CA_PEM = b"-----BEGIN CERTIFICATE-----\nnot-checked-here\n-----END CERTIFICATE-----\n"
@@ -161,3 +161,84 @@ def test_client_certificate_loads_into_tls_context(tmp_path: Path) -> None:
     bad = cfg.__class__(server="https://s", client_cert_pem=cert, client_key_pem=b"junk")
     with pytest.raises(ConfigError, match="client certificate/key"):
         bad.ssl_context()
+
+
+def _one_cluster(cluster: str, user: str = "{token: abc}") -> str:
+    return (
+        "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\n"
+        f"clusters:\n- name: c\n  cluster: {cluster}\nusers:\n- name: u\n  user: {user}\n"
+    )
+
+
+@pytest.mark.parametrize("quoted", ['"false"', '"true"', "'no'", "0", "1"])
+def test_a_quoted_insecure_flag_is_refused_not_read_as_true(tmp_path: Path, quoted: str) -> None:
+    text = _one_cluster(f"{{server: 'https://s', insecure-skip-tls-verify: {quoted}}}")
+    with pytest.raises(ConfigError, match="insecure-skip-tls-verify: expected true or false"):
+        load_kubeconfig([_write(tmp_path / "config", text)])
+
+
+def test_insecure_together_with_a_ca_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "ca.crt").write_bytes(CA_PEM)
+    text = _one_cluster(
+        "{server: 'https://s', certificate-authority: ca.crt, insecure-skip-tls-verify: true}"
+    )
+    with pytest.raises(ConfigError, match="together with a certificate-authority"):
+        load_kubeconfig([_write(tmp_path / "config", text)])
+
+
+def test_a_token_is_not_sent_over_plain_http_without_the_opt_in(tmp_path: Path) -> None:
+    path = _write(tmp_path / "config", _one_cluster("{server: 'http://10.0.0.1:8080'}"))
+    with pytest.raises(ConfigError, match="refusing to send a bearer token over plain http"):
+        load_config(str(path), env={})
+    with pytest.raises(ConfigError, match="refusing"):
+        KubeClient(ClusterConfig(server="http://10.0.0.1:8080", token=StaticToken("t")))
+    allowed = load_config(str(path), env={"NRI_RESMGR_ALLOW_HTTP_TOKEN": "true"})
+    assert allowed.allow_http_token
+    with pytest.raises(ConfigError, match="expected true or false"):
+        load_config(str(path), env={"NRI_RESMGR_ALLOW_HTTP_TOKEN": "yes"})
+    # Without a token plain http is just a transport choice.
+    no_token = _write(tmp_path / "anon", _one_cluster("{server: 'http://10.0.0.1'}", "{}"))
+    assert load_config(str(no_token), env={}).server == "http://10.0.0.1"
+
+
+def test_secrets_stay_out_of_reprs(tmp_path: Path) -> None:
+    (tmp_path / "tok").write_text("file-secret-token\n")
+    config = ClusterConfig(
+        server="https://s", client_key_pem=b"PRIVATE-KEY-BYTES", token=StaticToken("s3cr3t")
+    )
+    token_file = TokenFile(tmp_path / "tok")
+    token_file.current()
+    shown = repr(config) + repr(StaticToken("s3cr3t")) + repr(token_file)
+    for secret in ("s3cr3t", "PRIVATE-KEY-BYTES", "file-secret-token"):
+        assert secret not in shown
+    assert "https://s" in shown and "tok" in shown
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (_one_cluster("{server: 6443}"), "server: expected a string, got int"),
+        (_one_cluster("[not, a, mapping]"), r"clusters\[0\].cluster: expected a mapping"),
+        (_one_cluster("{server: 'https://s'}", "{token: [a, b]}"), "token: expected a string"),
+        (_one_cluster("{server: 'https://s', certificate-authority: {a: 1}}"),
+         "certificate-authority: expected a string"),
+        (_one_cluster("{server: 's:443'}"), "is not an http"),
+        ("current-context: [x]\n", "current-context: expected a string"),
+        ("clusters: {c: {}}\n", "clusters: expected a list"),
+        ("current-context: x\ncontexts:\n- name: 7\n  context: {}\n", r"contexts\[0\].name"),
+        ("current-context: x\ncontexts:\n- name: x\n  context: {cluster: [c]}\n",
+         "cluster: expected a string"),
+    ],
+)  # fmt: skip
+def test_malformed_kubeconfig_shapes_are_config_errors(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        load_kubeconfig([_write(tmp_path / "config", text)])
+
+
+def test_a_binary_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_kubeconfig([path])
