@@ -29,6 +29,7 @@ from nri_resmgr.config.tracker import BackoffFactory, ConfigTracker, Selection, 
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.kube.client import KubeClient, KubeObject
 from nri_resmgr.kube.resources import CONFIG_RESOURCES_BY_KIND
+from nri_resmgr.shorten import shorten
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ Reconfigure = Callable[[PolicySpec], Awaitable[object]]
 
 # How long a last status write (a fatal Failure, or clearing the entry on stop) may take.
 FINAL_WRITE_TIMEOUT = 5.0
+# A config with thousands of bad keys logs the first ones and a count, not thousands of lines.
+MAX_LOGGED_ERRORS = 20
 
 
 class ConfigAgent:
@@ -160,9 +163,13 @@ class ConfigAgent:
         while True:
             cr = await self._next_new_cr(tracker)
             error = await self._apply(cr, apply)
-            for line in error.errors if error else ():
+            lines = error.errors if error else []
+            for line in lines[:MAX_LOGGED_ERRORS]:
                 log.error("config %s rejected, the previous configuration stays: %s",
                           self._describe(cr), line)  # fmt: skip
+            if len(lines) > MAX_LOGGED_ERRORS:
+                log.error("config %s: %d more problems not shown", self._describe(cr),
+                          len(lines) - MAX_LOGGED_ERRORS)  # fmt: skip
 
     # -- shared -----------------------------------------------------------------------------
 
@@ -213,7 +220,7 @@ class ConfigAgent:
     ) -> ConfigError | None:
         name, generation = name_of(cr), ConfigKey.of(cr).generation
         try:
-            doc = load_document(cr)
+            doc = _load(cr)
             await apply(doc)
         except ConfigError as exc:
             self.rejected += 1
@@ -230,6 +237,22 @@ class ConfigAgent:
     def _describe(self, cr: KubeObject) -> str:
         generation = ConfigKey.of(cr).generation
         return f"{self.kind} {self.namespace}/{name_of(cr)} generation {generation}"
+
+
+def _load(cr: KubeObject) -> PolicyDocument:
+    """``load_document``, with any failure of it a rejected configuration.
+
+    The CR comes from the cluster and reaches every node that selects it: a loader bug it
+    triggers must reject that one configuration, not end every daemon (again on each restart).
+    """
+    try:
+        return load_document(cr)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        log.exception("loading config %s failed unexpectedly", name_of(cr))
+        raise ConfigError(f"config could not be loaded: {type(exc).__name__}: "
+                          f"{shorten(str(exc), 200)}") from exc  # fmt: skip
 
 
 def _awaitable(fn: Callable[[PolicyDocument], None]) -> Callable[[PolicyDocument], Awaitable[None]]:

@@ -35,8 +35,9 @@ from nri_resmgr.config.models import (
     PolicyDocument,
     PolicySpec,
 )
-from nri_resmgr.config.validate import validate_spec
+from nri_resmgr.config.validate import check_bounds, validate_spec
 from nri_resmgr.errors import ConfigError
+from nri_resmgr.shorten import short_repr, shorten
 
 
 class ValueProblem(ValueError):
@@ -48,7 +49,7 @@ def _describe(value: Any) -> str:
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    return repr(value)
+    return short_repr(value)
 
 
 def _strict_bool(value: Any, _: Any) -> bool:
@@ -216,7 +217,7 @@ def _note_path(exc: BaseException, cls: type | None) -> str:
 
 def _problems(exc: BaseException, path: str) -> list[str]:
     if isinstance(exc, ForbiddenExtraKeysError):
-        return [f"{path}.{k}: unknown key" for k in sorted(exc.extra_fields)]
+        return [f"{path}.{shorten(str(k), 60)}: unknown key" for k in sorted(exc.extra_fields)]
     if isinstance(exc, ClassValidationError):
         out = []
         for sub in exc.exceptions:
@@ -229,9 +230,7 @@ def _problems(exc: BaseException, path: str) -> list[str]:
         return out
     if isinstance(exc, KeyError):
         return [f"{path}: required key missing"]
-    if isinstance(exc, ValueProblem):
-        return [f"{path}: {exc}"]
-    return [f"{path}: {exc}"]
+    return [f"{path}: {shorten(str(exc), 300)}"]
 
 
 # -- public API ---------------------------------------------------------------------------
@@ -247,6 +246,7 @@ def structure_spec(data: Any, kind: str, path: str = "spec") -> PolicySpec:
         raise ConfigError(f"{path}: expected a mapping, got {_describe(data)}")
     if "reservedResources" not in data:
         raise ConfigError(f"{path}.reservedResources: required key missing")
+    check_bounds(data, path)
     try:
         spec: PolicySpec = CONVERTER.structure(data, cls)
     except Exception as exc:
@@ -262,7 +262,7 @@ def unstructure_spec(spec: PolicySpec) -> dict[str, Any]:
 
 def _unknown_kind(kind: object) -> str:
     known = ", ".join(sorted(SPEC_KINDS))
-    return f"kind: unknown policy kind {kind!r} (expected one of {known})"
+    return f"kind: unknown policy kind {short_repr(kind)} (expected one of {known})"
 
 
 def load_document(data: Any) -> PolicyDocument:
@@ -271,13 +271,13 @@ def load_document(data: Any) -> PolicyDocument:
         raise ConfigError(f"document: expected a mapping, got {_describe(data)}")
     api_version = data.get("apiVersion")
     if api_version != GROUP_VERSION:
-        raise ConfigError(f"apiVersion: expected {GROUP_VERSION!r}, got {api_version!r}")
+        raise ConfigError(f"apiVersion: expected {GROUP_VERSION!r}, got {short_repr(api_version)}")
     kind = data.get("kind")
     if kind not in SPEC_KINDS:
         raise ConfigError(_unknown_kind(kind))
     unknown = sorted(set(data) - {"apiVersion", "kind", "metadata", "spec", "status"})
     if unknown:
-        raise ConfigError([f"{k}: unknown key" for k in unknown])
+        raise ConfigError([f"{shorten(str(k), 60)}: unknown key" for k in unknown])
     meta = data.get("metadata") or {}
     if not isinstance(meta, Mapping):
         raise ConfigError(f"metadata: expected a mapping, got {_describe(meta)}")

@@ -23,6 +23,11 @@ log = logging.getLogger(__name__)
 SUCCESS = "Success"
 FAILURE = "Failure"
 
+# One CR's status holds an entry per node, and the API server refuses objects above ~1.5 MB:
+# a failure entry is kept small enough that thousands of nodes fit.
+MAX_STATUS_ERRORS = 10
+MAX_STATUS_ERROR_TEXT = 1024
+
 StatusEntry = dict[str, Any]
 
 
@@ -39,8 +44,18 @@ def success_entry(generation: int, moment: datetime.datetime | None = None) -> S
 def failure_entry(
     generation: int, errors: list[str], moment: datetime.datetime | None = None
 ) -> StatusEntry:
-    return {"status": FAILURE, "generation": generation, "errors": "; ".join(errors),
+    return {"status": FAILURE, "generation": generation, "errors": bounded_errors(errors),
             "timestamp": rfc3339(moment)}  # fmt: skip
+
+
+def bounded_errors(errors: list[str]) -> str:
+    """The first errors, joined, within ``MAX_STATUS_ERROR_TEXT`` characters; says what is left."""
+    shown = "; ".join(errors[:MAX_STATUS_ERRORS])
+    if len(errors) > MAX_STATUS_ERRORS:
+        shown += f"; … and {len(errors) - MAX_STATUS_ERRORS} more"
+    if len(shown) > MAX_STATUS_ERROR_TEXT:
+        shown = shown[: MAX_STATUS_ERROR_TEXT - 20] + "… (truncated)"
+    return shown
 
 
 def status_patch(node_name: str, entry: StatusEntry | None) -> KubeObject:

@@ -7,9 +7,20 @@ policies; here are the ones that hold on any node.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from nri_resmgr.config.models import BalloonsSpec, Constraints, PolicySpec
 from nri_resmgr.errors import ConfigError
+from nri_resmgr.shorten import short_repr, shorten
+
+# Bounds on the raw document, checked before anything walks it. The typed parts of a spec
+# are at most six levels deep; the free-form ones (control.rdt, control.blockio) are kept,
+# not applied, so nothing legitimate comes near these limits.
+MAX_SPEC_DEPTH = 24
+MAX_SPEC_NODES = 20_000
+# A CPU value longer than this is refused before it is parsed (the CRD says the same).
+MAX_CPU_VALUE = 4096
 
 _QUANTITY = re.compile(r"^(\d+(\.\d+)?|\.\d+)(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 _CPULIST = re.compile(r"^\s*(\d+(-\d+)?)(\s*,\s*\d+(-\d+)?)*\s*$")
@@ -17,18 +28,41 @@ _DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
 
 
 def _check_cpu(value: str, path: str) -> list[str]:
+    if len(value) > MAX_CPU_VALUE:
+        return [f"{path}: {len(value)} characters, longer than {MAX_CPU_VALUE}"]
     for prefix in ("cpuset:", "exclude-cpuset:"):
         if value.startswith(prefix):
             cpus = value[len(prefix) :]
             if not _CPULIST.match(cpus):
-                return [f"{path}: invalid CPU list {cpus!r} in {value!r}"]
+                return [f"{path}: invalid CPU list {short_repr(cpus)}"]
             return []
     if not _QUANTITY.match(value):
         return [
             f"{path}: expected a CPU quantity, cpuset:<list> or exclude-cpuset:<list>, "
-            f"got {value!r}"
+            f"got {short_repr(value)}"
         ]
     return []
+
+
+def check_bounds(data: Any, path: str = "spec") -> None:
+    """Refuses a raw spec nested too deep or too large, without recursion.
+
+    The API server lets a free-form field nest 10,000 levels; every later step (structuring,
+    comparison, logging) would walk it, some recursively. One error names the first offender.
+    """
+    stack: list[tuple[Any, str, int]] = [(data, path, 0)]
+    nodes = 0
+    while stack:
+        value, where, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_SPEC_NODES:
+            raise ConfigError(f"{path}: more than {MAX_SPEC_NODES} values")
+        if depth > MAX_SPEC_DEPTH:
+            raise ConfigError(f"{shorten(where)}: nested deeper than {MAX_SPEC_DEPTH} levels")
+        if isinstance(value, Mapping):
+            stack.extend((v, f"{where}.{shorten(str(k), 40)}", depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value))
 
 
 def _check_constraints(c: Constraints, path: str) -> list[str]:
@@ -36,7 +70,7 @@ def _check_constraints(c: Constraints, path: str) -> list[str]:
     if c.cpu is not None:
         errors += _check_cpu(c.cpu, f"{path}.cpu")
     if c.memory is not None and not _QUANTITY.match(c.memory):
-        errors.append(f"{path}.memory: expected a memory quantity, got {c.memory!r}")
+        errors.append(f"{path}.memory: expected a memory quantity, got {short_repr(c.memory)}")
     return errors
 
 
@@ -47,7 +81,7 @@ def _check_balloons(spec: BalloonsSpec, path: str) -> list[str]:
         if not bt.name:
             errors.append(f"{where}.name: must not be empty")
         elif bt.name in seen:
-            errors.append(f"{where}.name: duplicate balloon type {bt.name!r}")
+            errors.append(f"{where}.name: duplicate balloon type {short_repr(bt.name)}")
         seen.add(bt.name)
         if bt.max_cpus > 0 and bt.min_cpus > bt.max_cpus:
             errors.append(f"{where}: minCPUs ({bt.min_cpus}) exceeds maxCPUs ({bt.max_cpus})")
@@ -78,12 +112,12 @@ def validate_spec(spec: PolicySpec, path: str = "spec") -> None:
     if inst.prometheus_export and inst.metrics_exporter not in ("", "prometheus"):
         errors.append(
             f"{path}.instrumentation.prometheusExport: cannot be combined with "
-            f"metricsExporter {inst.metrics_exporter!r}"
+            f"metricsExporter {short_repr(inst.metrics_exporter)}"
         )
     if inst.report_period and not _DURATION.match(inst.report_period):
         errors.append(
             f"{path}.instrumentation.reportPeriod: expected a duration such as "
-            f"'30s', got {inst.report_period!r}"
+            f"'30s', got {short_repr(inst.report_period)}"
         )
     if isinstance(spec, BalloonsSpec):
         errors += _check_balloons(spec, path)

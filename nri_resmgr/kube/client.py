@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import httpx
 
+from nri_resmgr.kube import decode
 from nri_resmgr.kube.auth import BearerAuth
 from nri_resmgr.kube.config import ClusterConfig
 from nri_resmgr.kube.errors import ApiError, connection_error, error_from_body
@@ -238,7 +239,7 @@ def _decode(content: bytes, method: str, path: str) -> KubeObject:
     if not content:
         return {}
     try:
-        decoded = json.loads(content)
+        decoded = decode.loads(content)
     except ValueError as exc:
         raise ApiError(0, "BadResponse", f"{method} {path}: reply is not JSON") from exc
     if not isinstance(decoded, dict):

@@ -93,7 +93,7 @@ def error_from_body(http_status: int, body: bytes) -> ApiError:
     """Maps an error reply to an error, using its Status object when the body holds one."""
     try:
         decoded = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not a Status; the text below is what there is
         decoded = None
     if isinstance(decoded, dict) and decoded.get("kind") == "Status":
         return error_from_status_object(decoded, http_status)

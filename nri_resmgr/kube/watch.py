@@ -9,32 +9,46 @@ Event semantics:
 - Bookmarks are asked for and consumed silently: they only advance ``resource_version``.
 - A dropped connection, a 5xx, a timeout or a normal end of the stream reconnects after a
   backoff from the last resourceVersion seen, so no change is missed.
+- A line that is not a well-formed event (not JSON, no type, an object that is not an
+  object) is logged, shortened, and treated like a dropped connection. JSON nested deeper
+  than ``decode.MAX_DEPTH`` is cut there (see ``nri_resmgr.kube.decode``), not fatal.
 - When the server answers 410 Gone (the version is older than it remembers, as after an
   etcd compaction or a long outage) the watch lists again and yields a new ``RESET`` with the
   full current state; the consumer must treat it as authoritative and drop whatever it holds
-  that the RESET does not contain (that is how deletions during the gap show up).
+  that the RESET does not contain (that is how deletions during the gap show up). The relist
+  waits for the backoff first, and the backoff is reset only by a watch that delivered an
+  event, so a server that keeps answering 410 is asked less and less often.
 - Errors that retrying cannot cure (Forbidden, NotFound, Invalid, BadRequest) are raised.
 """
 
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import random
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from types import TracebackType
+from types import NoneType, TracebackType
 
 import attrs
 
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.errors import Recoverable
+from nri_resmgr.kube import decode
 from nri_resmgr.kube.client import KubeClient, KubeObject
 from nri_resmgr.kube.errors import ApiError, Gone, error_from_status_object
 from nri_resmgr.kube.resources import ApiResource
+from nri_resmgr.shorten import short_repr, shorten
 
 log = logging.getLogger(__name__)
+
+
+class MalformedEvent(ApiError, Recoverable):
+    """A watch line that is not a well-formed event: the stream is dropped and resumed.
+
+    Resuming from the last good resourceVersion after a backoff loses nothing; raising it
+    would end the daemon on one bad line from the server (or a proxy in between).
+    """
 
 
 class EventType(enum.Enum):
@@ -113,11 +127,16 @@ class Watch:
             try:
                 async with aclosing(self._stream()) as stream:
                     async for event in stream:
+                        # Only a watch that delivers proves the server healthy: a list that
+                        # succeeds followed by a watch that fails at once must keep slowing.
                         self._backoff.reset()
                         yield event
             except Gone:
                 log.info("watch %s: resourceVersion %s expired, relisting", self._what(),
                          self.resource_version)  # fmt: skip
+                # Back off before the relist: a server that answers 410 again at once would
+                # otherwise see a LIST and a WATCH per round trip from every node.
+                await self._backoff.sleep()
                 yield await self._relist()
                 continue
             except ApiError as exc:
@@ -141,13 +160,20 @@ class Watch:
 
     def _parse(self, line: str) -> WatchEvent | None:
         try:
-            raw = json.loads(line)
-            kind, obj = raw["type"], raw["object"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ApiError(0, "BadResponse", f"watch {self._what()}: bad event line") from exc
+            raw = decode.loads(line)
+        except ValueError as exc:
+            raise self._malformed("is not JSON", line) from exc
+        if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+            raise self._malformed("has no event type", line)
+        kind, obj = raw["type"], raw.get("object")
+        if not isinstance(obj, dict):
+            raise self._malformed("has no object", line)
         if kind == "ERROR":
             raise error_from_status_object(obj)
-        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        meta = obj.get("metadata")
+        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if not isinstance(rv, str | NoneType):
+            raise self._malformed("has a resourceVersion that is not a string", line)
         if rv:
             self.resource_version = rv
         if kind == "BOOKMARK":
@@ -155,9 +181,13 @@ class Watch:
         try:
             event_type = EventType(kind)
         except ValueError:
-            log.warning("watch %s: ignoring unknown event type %r", self._what(), kind)
+            log.warning("watch %s: ignoring unknown event type %s", self._what(), short_repr(kind))
             return None
-        return WatchEvent(event_type, _with_kind(obj, self._resource), rv)
+        return WatchEvent(event_type, _with_kind(obj, self._resource), rv or "")
+
+    def _malformed(self, problem: str, line: str) -> MalformedEvent:
+        message = f"watch {self._what()}: event {problem}: {shorten(line)}"
+        return MalformedEvent(0, "MalformedEvent", message)
 
     async def _relist(self) -> WatchEvent:
         while True:
@@ -174,7 +204,6 @@ class Watch:
                 log.warning("watch %s: list failed: %s; retrying", self._what(), exc)
                 await self._backoff.sleep()
                 continue
-            self._backoff.reset()
             self.relists += 1
             self.resource_version = listed.resource_version
             return WatchEvent(EventType.RESET, None, listed.resource_version, listed.items)

@@ -8,6 +8,10 @@ MAX_ID = 1 << 16
 """Ids above this are rejected: the kernel's NR_CPUS ceiling is far below it, and a typo such as
 "0-4000000" would otherwise allocate millions of ints."""
 
+MAX_TEXT = 1 << 16
+"""Longer lists are rejected before parsing: the longest real one (every other id up to
+MAX_ID) would be about 190 KB, but 64 KiB already holds every other CPU of 8,192."""
+
 
 class CpuSetError(ValueError):
     """A cpuset string that is not valid Linux list syntax."""
@@ -38,10 +42,14 @@ class CpuSet:
         text = text.strip()
         if not text:
             return cls()
+        if len(text) > MAX_TEXT:
+            raise CpuSetError(f"invalid cpuset: {len(text)} characters, more than {MAX_TEXT}")
+        # Ranges are merged before any id is made, so "0-65536,0-65536,..." costs one range
+        # per element, not 65,537 set insertions per element.
         ids: set[int] = set()
-        for part in text.split(","):
-            ids.update(_parse_range(part.strip(), text))
-        return cls(ids)
+        for r in merge_ranges(_parse_range(part.strip(), text) for part in text.split(",")):
+            ids.update(r)
+        return cls._trusted(frozenset(ids))
 
     def __str__(self) -> str:
         return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in self.ranges())
@@ -102,22 +110,40 @@ class CpuSet:
         return CpuSet._trusted(frozenset(ids))
 
 
-def _parse_range(part: str, whole: str) -> range:
+def merge_ranges(ranges: Iterable[range]) -> list[range]:
+    """Overlapping and adjacent ranges joined, in order, without listing their members."""
+    merged: list[range] = []
+    for r in sorted(ranges, key=lambda r: (r.start, r.stop)):
+        if merged and r.start <= merged[-1].stop:
+            if r.stop > merged[-1].stop:
+                merged[-1] = range(merged[-1].start, r.stop)
+        else:
+            merged.append(r)
+    return merged
+
+
+def _parse_range(part: str, whole_text: str) -> range:
+    whole = _short(whole_text)
     if not part:
-        raise CpuSetError(f"invalid cpuset {whole!r}: empty element")
+        raise CpuSetError(f"invalid cpuset {whole}: empty element")
     lo_text, sep, hi_text = part.partition("-")
     lo = _parse_id(lo_text, whole)
     hi = _parse_id(hi_text, whole) if sep else lo
     if hi < lo:
-        raise CpuSetError(f"invalid cpuset {whole!r}: range {part!r} is reversed")
+        raise CpuSetError(f"invalid cpuset {whole}: range {_short(part)} is reversed")
     return range(lo, hi + 1)
 
 
 def _parse_id(text: str, whole: str) -> int:
     text = text.strip()
-    if not text.isdigit():
-        raise CpuSetError(f"invalid cpuset {whole!r}: {text!r} is not a cpu id")
+    if not (text.isascii() and text.isdigit()) or len(text) > 6:
+        raise CpuSetError(f"invalid cpuset {whole}: {_short(text)} is not a cpu id")
     value = int(text)
     if value > MAX_ID:
-        raise CpuSetError(f"invalid cpuset {whole!r}: id {value} is above {MAX_ID}")
+        raise CpuSetError(f"invalid cpuset {whole}: id {value} is above {MAX_ID}")
     return value
+
+
+def _short(text: str, limit: int = 60) -> str:
+    # Errors quote the bad list, not all of it: a config value reaches every node's log.
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}… ({len(text)} characters)"

@@ -10,6 +10,7 @@ import pytest
 
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.kube import EventType, Forbidden, WatchEvent
+from nri_resmgr.kube import decode
 from nri_resmgr.kube.client import KubeClient
 from nri_resmgr.kube.resources import CONFIG_MAPS
 from tests.kube.conftest import ServeFake
@@ -174,3 +175,44 @@ async def test_name_and_selectors_reach_list_and_watch(serve_fake: ServeFake) ->
         assert query["fieldSelector"] == "a=b,metadata.name=one"
         assert query["labelSelector"] == "l=v"
     assert "watch" not in list_query
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"this is not json\n",
+        b'["a", "list"]\n',
+        b'{"type": "ADDED", "object": "a string"}\n',
+        b'{"type": "ERROR", "object": ["not", "a", "status"]}\n',
+        b'{"type": 7, "object": {}}\n',
+        b'{"type": "ADDED", "object": {"metadata": {"resourceVersion": 12}}}\n',
+    ],
+)
+async def test_a_malformed_event_reconnects_instead_of_ending_the_watch(
+    serve_fake: ServeFake, bad: bytes
+) -> None:
+    script = Script(
+        lists=[],
+        watches=[[event_line("ADDED", cm("a", "6")), bad], [event_line("ADDED", cm("b", "7"))]],
+    )
+    _, client = await serve_fake(script.handle)
+    events = await collect(client, 2, resource_version="5")
+    assert [e.object and e.object["metadata"]["name"] for e in events] == ["a", "b"]
+    # Resumed from the last good version: nothing between is lost.
+    assert [r.query["resourceVersion"] for r in script.watch_requests] == ["5", "6"]
+
+
+async def test_deeply_nested_json_in_an_event_is_cut_not_fatal(serve_fake: ServeFake) -> None:
+    deep = '{"a": ' * 1500 + '"leaf"' + "}" * 1500  # deeper than Python's json can decode
+    line = event_line("ADDED", cm("a", "6") | {"spec": {"control": {"rdt": {"options": "X"}}}})
+    script = Script(lists=[], watches=[[line.replace(b'"X"', deep.encode())]])
+    _, client = await serve_fake(script.handle)
+    (event,) = await collect(client, 1, resource_version="5")
+    assert event.object is not None
+    assert event.object["metadata"]["name"] == "a"
+    assert event.resource_version == "6"
+    node, depth = event.object["spec"]["control"]["rdt"]["options"], 0
+    while isinstance(node, dict):
+        node, depth = node["a"], depth + 1
+    assert node == decode.TOO_DEEP
+    assert depth < decode.MAX_DEPTH
