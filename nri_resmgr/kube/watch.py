@@ -10,7 +10,7 @@ Event semantics:
 - A dropped connection, a 5xx, a timeout or a normal end of the stream reconnects after a
   backoff from the last resourceVersion seen, so no change is missed.
 - A line that is not a well-formed event (not JSON, no type, an object that is not an
-  object) is logged, shortened, and treated like a dropped connection. JSON nested deeper
+  object) is logged, shortened, and treated like a 410: relist and RESET. JSON nested deeper
   than ``decode.MAX_DEPTH`` is cut there (see ``nri_resmgr.kube.decode``), not fatal.
 - When the server answers 410 Gone (the version is older than it remembers, as after an
   etcd compaction or a long outage) the watch lists again and yields a new ``RESET`` with the
@@ -44,9 +44,10 @@ log = logging.getLogger(__name__)
 
 
 class MalformedEvent(ApiError, Recoverable):
-    """A watch line that is not a well-formed event: the stream is dropped and resumed.
+    """A watch line that is not a well-formed event: the stream is dropped and relisted.
 
-    Resuming from the last good resourceVersion after a backoff loses nothing; raising it
+    Relisting (after the backoff) gives the authoritative state and a version past the bad
+    line, which resuming from the last good version would only be sent again; raising it
     would end the daemon on one bad line from the server (or a proxy in between).
     """
 
@@ -131,9 +132,9 @@ class Watch:
                         # succeeds followed by a watch that fails at once must keep slowing.
                         self._backoff.reset()
                         yield event
-            except Gone:
-                log.info("watch %s: resourceVersion %s expired, relisting", self._what(),
-                         self.resource_version)  # fmt: skip
+            except (Gone, MalformedEvent) as exc:
+                log.info("watch %s: %s; relisting from resourceVersion %s", self._what(),
+                         exc, self.resource_version)  # fmt: skip
                 # Back off before the relist: a server that answers 410 again at once would
                 # otherwise see a LIST and a WATCH per round trip from every node.
                 await self._backoff.sleep()

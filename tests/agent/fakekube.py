@@ -68,6 +68,10 @@ class FakeKube:
         obj = self.objects.pop((collection, name))
         self._record(collection, obj, "DELETED")
 
+    def send_raw(self, collection: str, name: str, line: bytes) -> None:
+        """Streams ``line`` as is to watchers of ``name`` (a malformed event, say)."""
+        self._record(collection, {"metadata": {"name": name}, "raw": line}, "RAW")
+
     def get(self, collection: str, name: str) -> Obj | None:
         return self.objects.get((collection, name))
 
@@ -111,7 +115,7 @@ class FakeKube:
         while True:
             for rv, kind, coll, obj in self.history:
                 if rv > seen and coll == collection and obj["metadata"]["name"] == name:
-                    yield event_line(kind, obj)
+                    yield obj["raw"] if kind == "RAW" else event_line(kind, obj)
             seen = self.rv
             changed = self._changed
             await changed.wait()

@@ -9,8 +9,7 @@ import attrs
 import pytest
 
 from nri_resmgr.backoff import Backoff
-from nri_resmgr.kube import EventType, Forbidden, WatchEvent
-from nri_resmgr.kube import decode
+from nri_resmgr.kube import EventType, Forbidden, WatchEvent, decode
 from nri_resmgr.kube.client import KubeClient
 from nri_resmgr.kube.resources import CONFIG_MAPS
 from tests.kube.conftest import ServeFake
@@ -192,14 +191,15 @@ async def test_a_malformed_event_reconnects_instead_of_ending_the_watch(
     serve_fake: ServeFake, bad: bytes
 ) -> None:
     script = Script(
-        lists=[],
-        watches=[[event_line("ADDED", cm("a", "6")), bad], [event_line("ADDED", cm("b", "7"))]],
+        lists=[listing("7", cm("a", "6"))],
+        watches=[[event_line("ADDED", cm("a", "6")), bad], [event_line("ADDED", cm("b", "8"))]],
     )
     _, client = await serve_fake(script.handle)
-    events = await collect(client, 2, resource_version="5")
-    assert [e.object and e.object["metadata"]["name"] for e in events] == ["a", "b"]
-    # Resumed from the last good version: nothing between is lost.
-    assert [r.query["resourceVersion"] for r in script.watch_requests] == ["5", "6"]
+    events = await collect(client, 3, resource_version="5")
+    assert [e.type for e in events] == [EventType.ADDED, EventType.RESET, EventType.ADDED]
+    assert [o["metadata"]["name"] for o in events[1].objects] == ["a"]
+    # The relist's version skips the bad line instead of asking for it again.
+    assert [r.query["resourceVersion"] for r in script.watch_requests] == ["5", "7"]
 
 
 async def test_deeply_nested_json_in_an_event_is_cut_not_fatal(serve_fake: ServeFake) -> None:
