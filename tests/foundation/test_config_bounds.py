@@ -8,7 +8,7 @@ import pytest
 
 from nri_resmgr.config.loader import load_document
 from nri_resmgr.config.status import MAX_STATUS_ERROR_TEXT, failure_entry
-from nri_resmgr.config.validate import MAX_CPU_VALUE, MAX_SPEC_DEPTH
+from nri_resmgr.config.validate import MAX_CPU_VALUE
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.cpuset import MAX_TEXT, CpuSet, CpuSetError, merge_ranges
 
