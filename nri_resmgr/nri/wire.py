@@ -118,9 +118,17 @@ def _wrapped(buf: bytes, signed: bool) -> int:
     return _int64(out) if signed else out
 
 
-def _sub(parts: dict[int, bytes], number: int, value: int | bytes) -> None:
-    """Collect a sub-message; repeated occurrences merge, which concatenation does."""
-    parts[number] = parts.get(number, b"") + _bytes(value, number)
+def _sub(parts: dict[int, list[bytes]], number: int, value: int | bytes) -> None:
+    """Collect a sub-message; repeated occurrences merge, which concatenation does.
+
+    The pieces are joined once by ``_joined``: concatenating as they come copies everything
+    so far for every piece, quadratic in a message that repeats a field many times.
+    """
+    parts.setdefault(number, []).append(_bytes(value, number))
+
+
+def _joined(parts: dict[int, list[bytes]], number: int) -> bytes:
+    return b"".join(parts.get(number, ()))
 
 
 def resources(buf: bytes) -> Resources:
@@ -166,14 +174,14 @@ def pod(buf: bytes) -> Pod:
         elif number == 6:
             _map_entry(_bytes(value, 6), annotations)
         elif number == 8:
-            linux: dict[int, bytes] = {}
+            linux: dict[int, list[bytes]] = {}
             for n, v in fields(_bytes(value, 8)):
                 if n == 3:
                     cgroup_parent = _text(v, 3)
                 elif n == 2:
                     _sub(linux, 2, v)
             if 2 in linux:
-                res = resources(linux[2])
+                res = resources(_joined(linux, 2))
     return Pod(
         id=strings[1],
         name=strings[2],
@@ -192,7 +200,7 @@ def container(buf: bytes) -> Container:
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     state = pid = 0
-    res_parts: dict[int, bytes] = {}
+    res_parts: dict[int, list[bytes]] = {}
     for number, value in fields(buf):
         if number in strings:
             strings[number] = _text(value, number)
@@ -215,27 +223,27 @@ def container(buf: bytes) -> Container:
         state=_STATES.get(state, ContainerState.UNKNOWN),
         labels=labels,
         annotations=annotations,
-        resources=resources(res_parts[3]) if 3 in res_parts else None,
+        resources=resources(_joined(res_parts, 3)) if 3 in res_parts else None,
         pid=pid,
     )
 
 
 def pod_and_container(buf: bytes, pod_field: int = 1, ctr_field: int = 2) -> tuple[Pod, Container]:
     """The ``pod`` and ``container`` of a container event request."""
-    parts: dict[int, bytes] = {}
+    parts: dict[int, list[bytes]] = {}
     for number, value in fields(buf):
         if number in (pod_field, ctr_field):
             _sub(parts, number, value)
-    return pod(parts.get(pod_field, b"")), container(parts.get(ctr_field, b""))
+    return pod(_joined(parts, pod_field)), container(_joined(parts, ctr_field))
 
 
 def pod_request(buf: bytes) -> Pod:
     """The ``pod`` (field 1) of a pod event request."""
-    parts: dict[int, bytes] = {}
+    parts: dict[int, list[bytes]] = {}
     for number, value in fields(buf):
         if number == 1:
             _sub(parts, 1, value)
-    return pod(parts.get(1, b""))
+    return pod(_joined(parts, 1))
 
 
 def synchronize_request(buf: bytes) -> tuple[list[Pod], list[Container], bool]:
