@@ -31,6 +31,12 @@ log = logging.getLogger(__name__)
 PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
 DEFAULT_REGISTRATION_TIMEOUT = 5.0
 DEFAULT_REQUEST_TIMEOUT = 2.0
+# A split Synchronize (chunks with more=true) is held until its last chunk. The runtime sends
+# chunks just under its 4 MiB message limit; these bounds admit a node with tens of
+# thousands of containers and stop a runtime (or a peer posing as one) from growing us
+# without end. Past them the sync is refused with a clear error and what was held dropped.
+MAX_SPLIT_SYNC_BYTES = 256 << 20
+MAX_SPLIT_SYNC_OBJECTS = 200_000
 
 
 @attrs.frozen
@@ -71,6 +77,7 @@ class PluginHandlers:
         self.runtime = RuntimeInfo()
         self._sync_pods: list[Pod] = []
         self._sync_containers: list[Container] = []
+        self._sync_bytes = 0
 
     def service(self) -> dict[str, dict[str, RawHandler]]:
         methods: dict[str, RawHandler] = {
@@ -115,14 +122,31 @@ class PluginHandlers:
         pods, containers, more = _decode(wire.synchronize_request, payload, "SynchronizeRequest")
         self._sync_pods.extend(pods)
         self._sync_containers.extend(containers)
+        self._sync_bytes += len(payload)
+        self._check_split_sync_bounds()
         if more:
             # A split sync: every chunk but the last is answered with an empty "more".
             return _SYNC_MORE
         pods, containers = self._sync_pods, self._sync_containers
-        self._sync_pods, self._sync_containers = [], []
+        self._reset_split_sync()
         log.info("synchronizing %d pods, %d containers", len(pods), len(containers))
         updates = await self._manager.synchronize(pods, containers)
         return bytes(wire.updates_field(1, updates))
+
+    def _check_split_sync_bounds(self) -> None:
+        objects = len(self._sync_pods) + len(self._sync_containers)
+        if self._sync_bytes <= MAX_SPLIT_SYNC_BYTES and objects <= MAX_SPLIT_SYNC_OBJECTS:
+            return
+        held = self._sync_bytes
+        self._reset_split_sync()
+        raise RpcError(
+            Code.RESOURCE_EXHAUSTED,
+            f"split Synchronize too large: {held} bytes and {objects} pods and containers "
+            f"so far (limits {MAX_SPLIT_SYNC_BYTES} bytes, {MAX_SPLIT_SYNC_OBJECTS} objects)",
+        )
+
+    def _reset_split_sync(self) -> None:
+        self._sync_pods, self._sync_containers, self._sync_bytes = [], [], 0
 
     async def shutdown(self, req: api.Empty) -> api.Empty:
         log.info("the runtime asked the NRI plugin to shut down; it will re-dial")

@@ -17,7 +17,7 @@ import betterproto
 import trio
 
 from nri_resmgr._gen import ttrpc as envelope
-from nri_resmgr.nri import wire
+from nri_resmgr.nri import framing, wire
 from nri_resmgr.nri.errors import Code, ConnectionLost, ProtocolError, RpcError
 from nri_resmgr.nri.ttrpc_codec import (
     MSG_REQUEST,
@@ -45,6 +45,7 @@ def unary(
 
     async def handle(payload: bytes) -> bytes:
         try:
+            framing.check(payload, request_type)  # betterproto accepts truncated fields
             request = request_type().parse(payload)
         except Exception as exc:
             raise RpcError(Code.INTERNAL, f"cannot decode {request_type.__name__}: {exc}") from exc
@@ -195,6 +196,7 @@ class TtrpcClient:
             log.debug("ttrpc client: late response on stream %d dropped", msg.stream_id)
             return
         try:
+            framing.check(msg.data, envelope.Response)
             pending.response = envelope.Response().parse(msg.data)
         except Exception as exc:
             raise ProtocolError(
@@ -245,6 +247,7 @@ class TtrpcClient:
     ) -> Rsp:
         payload = await self.call_raw(service, method, bytes(request), timeout)
         try:
+            framing.check(payload, response_type)  # betterproto accepts truncated fields
             return response_type().parse(payload)
         except Exception as exc:
             raise ProtocolError(

@@ -80,5 +80,3 @@ def test_cpuset_errors_quote_the_list_short() -> None:
     with pytest.raises(CpuSetError) as caught:
         CpuSet.parse("1," * 10_000 + "x")
     assert len(str(caught.value)) < 300
-
-
