@@ -58,6 +58,10 @@ SOCKET_POLL_INTERVAL = 1.0
 DEFAULT_DRAIN_TIMEOUT = 5.0
 # Closing is quick (handlers are already cancelled); the bound only guards against a bug.
 CLOSE_TIMEOUT = 2.0
+SOCKET_MODE = 0o600
+# Write bits for group and others on a socket directory: whoever has them could replace
+# our socket with their own and receive kubelet's calls.
+_UNSAFE_DIRECTORY_BITS = stat.S_IWGRP | stat.S_IWOTH
 SHUTTING_DOWN = "shutting down"
 
 
@@ -189,6 +193,7 @@ class GrpcServer:
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         if self._server is not None or self._stopping:
             raise RuntimeError(f"{self.name} gRPC server: already started or stopped")
+        secure_socket_directory(self.path.parent)
         unlink_stale_socket(self.path)
         self._server = await trio_asyncio.aio_as_trio(self._start_server)()
         self._inode = socket_identity(self.path)
@@ -252,7 +257,14 @@ class GrpcServer:
     async def _start_server(self) -> _TrackingServer:
         # Built inside the asyncio loop: grpclib binds to the running loop on construction.
         server = _TrackingServer(self._handlers(self.gate))
-        await server.start(path=str(self.path))
+        # Only kubelet (root) talks to these sockets: bind them 0600 whatever the process
+        # umask is (umask 000 would make them 0777, open to every local user).
+        old_umask = os.umask(0o177)
+        try:
+            await server.start(path=str(self.path))
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.path, SOCKET_MODE)
         return server
 
     async def _watch(self) -> None:
@@ -291,6 +303,27 @@ def socket_identity(path: Path) -> tuple[int, int] | None:
     if not stat.S_ISSOCK(st.st_mode):
         return None
     return (st.st_dev, st.st_ino)
+
+
+def secure_socket_directory(path: Path) -> None:
+    """Refuses a socket directory that is a symlink, not a directory, or someone else's;
+    removes group/other write permission from one of ours (fixing, as kubelet's own
+    directories are created 0750/0755 and anything wider is a mistake)."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError as exc:
+        raise Fatal(f"{path}: socket directory does not exist") from exc
+    if stat.S_ISLNK(st.st_mode):
+        raise Fatal(f"{path}: socket directory is a symlink; refusing to follow it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise Fatal(f"{path}: exists and is not a directory")
+    if st.st_uid not in (0, os.geteuid()):
+        raise Fatal(f"{path}: socket directory is owned by uid {st.st_uid}, not by us or root")
+    if st.st_mode & _UNSAFE_DIRECTORY_BITS:
+        fixed = stat.S_IMODE(st.st_mode) & ~_UNSAFE_DIRECTORY_BITS
+        log.warning("%s: socket directory was writable by group/others (%o); now %o",
+                    path, stat.S_IMODE(st.st_mode), fixed)  # fmt: skip
+        os.chmod(path, fixed)
 
 
 def unlink_stale_socket(path: Path) -> None:
