@@ -271,3 +271,94 @@ def _eventually(check: Any, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+VAP_PATH = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+VAP_BINDING_PATH = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+NODE_NAME_EXTRA = "Impersonate-Extra-authentication.kubernetes.io%2Fnode-name"
+
+
+def agent_on(server: ApiServer, account: str, node: str | None) -> httpx.Client:
+    """The agent's service account as its pod's bound token shows it: with its node's name."""
+    api = client(server, account)
+    if node is not None:
+        api.headers[NODE_NAME_EXTRA] = node
+    return api
+
+
+def node_slice(policy: str, node: str, name: str | None = None) -> dict[str, Any]:
+    body = slice_body(policy)
+    body["metadata"]["name"] = name or f"{node}-{policy}"
+    body["spec"] |= {"nodeName": node, "pool": {"name": node, "generation": 1,
+                                                "resourceSliceCount": 1}}  # fmt: skip
+    return body
+
+
+@pytest.mark.parametrize("policy", ["template"])
+def test_with_dra_the_agent_writes_only_its_own_nodes_slices(
+    server: ApiServer, helm: Helm, installed: dict[str, list[dict[str, Any]]], policy: str
+) -> None:
+    account = f"nri-resmgr-{policy}"
+    enabled = documents(helm.template(chart(policy), *DRA_STATES["enabled"]))
+    (role,) = [d for d in enabled if d["kind"] == "ClusterRole"]
+    (vap,) = [d for d in enabled if d["kind"] == "ValidatingAdmissionPolicy"]
+    (binding,) = [d for d in enabled if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    role_path = f"{CORE_PATHS['ClusterRole']}/{role['metadata']['name']}"
+    with client(server) as admin:
+        current = admin.get(role_path).json()["metadata"]["resourceVersion"]
+        role = {**role, "metadata": {**role["metadata"], "resourceVersion": current}}
+        assert admin.put(role_path, json=role).status_code == 200
+        assert create(admin, VAP_PATH, vap).status_code == 201
+        assert create(admin, VAP_BINDING_PATH, binding).status_code == 201
+        # Slices of another node and of the agent's node, written by the admin (not matched).
+        for node in ("node-2", "node-1"):
+            created = create(admin, SLICES, node_slice(policy, node, f"{node}-existing"))
+            assert created.status_code == 201, created.text
+    try:
+        with agent_on(server, account, "node-1") as agent:
+            # The policy is enforced once the API server has compiled it: poll.
+            assert _eventually(
+                lambda: dry_run_create(agent, node_slice(policy, "node-2")) != 201, timeout=30
+            )
+            denied = dry_run_create(agent, node_slice(policy, "node-2"), full=True)
+            assert "may only write ResourceSlices of its own node" in message(denied)
+            assert dry_run_create(agent, node_slice(policy, "node-1")) == 201
+            other = node_slice(policy, "node-1")
+            other["spec"]["driver"] = "gpu.example.com"
+            assert dry_run_create(agent, other) != 201
+
+            assert agent.get(f"{SLICES}/node-2-existing").status_code == 403  # no get: lists
+            with client(server) as admin:
+                theirs = admin.get(f"{SLICES}/node-2-existing").json()
+            theirs["spec"]["pool"]["generation"] = 2  # rewriting another node's slice
+            put = agent.put(f"{SLICES}/node-2-existing", json=theirs, params={"dryRun": "All"})
+            assert put.status_code != 200, put.text
+            assert "its own node" in message(put)
+            delete = agent.delete(f"{SLICES}/node-2-existing", params={"dryRun": "All"})
+            assert delete.status_code != 200, delete.text
+            assert "its own node" in message(delete)
+            own = agent.delete(f"{SLICES}/node-1-existing", params={"dryRun": "All"})
+            assert own.status_code == 200, own.text
+            # What RBAC no longer grants: patch (the publisher replaces whole objects).
+            merge = {"Content-Type": "application/merge-patch+json"}
+            patched = agent.patch(f"{SLICES}/node-1-existing", json={}, headers=merge)
+            assert patched.status_code == 403
+        with agent_on(server, account, None) as nodeless:
+            refused = dry_run_create(nodeless, node_slice(policy, "node-1"), full=True)
+            assert "name no node" in message(refused)
+    finally:
+        with client(server) as admin:
+            for path in (f"{VAP_BINDING_PATH}/{binding['metadata']['name']}",
+                         f"{VAP_PATH}/{vap['metadata']['name']}",
+                         f"{SLICES}/node-1-existing", f"{SLICES}/node-2-existing"):  # fmt: skip
+                admin.delete(path)
+            (plain,) = [d for d in installed[policy] if d["kind"] == "ClusterRole"]
+            current = admin.get(role_path).json()["metadata"]["resourceVersion"]
+            plain = {**plain, "metadata": {**plain["metadata"], "resourceVersion": current}}
+            assert admin.put(role_path, json=plain).status_code == 200
+
+
+def dry_run_create(api: httpx.Client, body: dict[str, Any], full: bool = False) -> Any:
+    response = api.post(SLICES, json=body, params={"dryRun": "All"})
+    return response if full else response.status_code

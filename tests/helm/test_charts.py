@@ -32,7 +32,7 @@ DRA_BLOCK = re.compile(
 SLICE_RULE = {
     "apiGroups": ["resource.k8s.io"],
     "resources": ["resourceslices"],
-    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    "verbs": ["list", "create", "update", "delete"],
 }
 DRA_MOUNTS = {
     "kubelet-plugins": "/var/lib/kubelet/plugins",
@@ -135,7 +135,7 @@ def test_unset_equals_a_chart_without_any_dra(
         text = template.read_text()
         cut += len(DRA_BLOCK.findall(text))
         template.write_text(DRA_BLOCK.sub("", text))
-    assert cut == 4, "expected the RBAC block, the args, the mounts and the volumes"
+    assert cut == 5, "expected the RBAC block, the args, the mounts, the volumes, the slice policy"
     assert helm.template(stripped) == render(policy, "unset")
     # With the gates gone, even asking for DRA adds nothing but the CR's value.
     asked = helm.template(stripped, *DRA_STATES["enabled"])
@@ -152,6 +152,9 @@ def test_enabled_adds_only_the_dra_pieces(render: Render, policy: str) -> None:
     c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] not in DRA_MOUNTS]
     c["args"] = [a for a in c["args"] if a not in DRA_ARGS]
     del _config_cr(enabled)["spec"]["dra"]
+    slice_policy = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    assert sorted(d["kind"] for d in enabled if d["kind"] in slice_policy) == sorted(slice_policy)
+    enabled = [d for d in enabled if d["kind"] not in slice_policy]
     assert enabled == unset
 
 
