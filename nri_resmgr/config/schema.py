@@ -28,6 +28,7 @@ from nri_resmgr.config.models import (
     Constraints,
     PolicySpec,
 )
+from nri_resmgr.config.validate import MAX_CPU_VALUE
 
 Schema = dict[str, Any]
 
@@ -37,6 +38,9 @@ CPU_PATTERN = (
     r"^((\d+(\.\d+)?|\.\d+)(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?"
     r"|(exclude-)?cpuset:\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*)$"
 )
+
+# Entries of one free-form map (control.rdt.options, .partitions, .classes, blockio...).
+FREE_FORM_MAX_PROPERTIES = 256
 
 # Balloon types are identified by name: a list-map makes the API server reject duplicates.
 LIST_MAP_KEYS: dict[type, list[str]] = {BalloonType: ["name"]}
@@ -66,6 +70,7 @@ def _constraints_schema() -> Schema:
             "x-kubernetes-int-or-string": True,
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "pattern": pattern,
+            "maxLength": MAX_CPU_VALUE,
         }
 
     return {
@@ -97,7 +102,11 @@ def type_schema(t: Any) -> Schema:
         return {"type": "array", "items": type_schema(args[0])}
     if origin is dict and args[0] is str:
         if args[1] is Any:
-            return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+            # Free-form (kept, not applied): breadth and text length are bounded here; depth
+            # cannot be in a structural schema, so the loader refuses anything deeper than
+            # validate.MAX_SPEC_DEPTH levels.
+            return {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                    "maxProperties": FREE_FORM_MAX_PROPERTIES}  # fmt: skip
         return {"type": "object", "additionalProperties": type_schema(args[1])}
     if t is Constraints:
         return _constraints_schema()

@@ -2,9 +2,10 @@
 
 It checks what the API server checks for the schemas we generate: the structural rules a
 CRD must follow (``structural_problems``), and whether an object is valid (``validate``):
-types, nullable, int-or-string, enums, patterns, minLength, required keys, list-map key
-uniqueness and unknown fields. Unknown fields are reported as errors, as the API server does
-under strict field validation (kubectl's default); without it it would prune them silently.
+types, nullable, int-or-string, enums, patterns, min/maxLength, maxProperties, required
+keys, list-map key uniqueness and unknown fields. Unknown fields are reported as errors, as
+the API server does under strict field validation (kubectl's default); without it it would
+prune them silently.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def _check_value(value: Any, schema: Schema, path: str) -> list[str]:
     if isinstance(value, str):
         if "pattern" in schema and not re.search(schema["pattern"], value):
             problems.append(f"{path}: {value!r} does not match {schema['pattern']}")
+        if len(value) > schema.get("maxLength", len(value)):
+            problems.append(f"{path}: longer than {schema['maxLength']}")
         if len(value) < schema.get("minLength", 0):
             problems.append(f"{path}: shorter than {schema['minLength']}")
     return problems
@@ -62,6 +65,8 @@ def _check_value(value: Any, schema: Schema, path: str) -> list[str]:
 
 def _check_object(value: dict[str, Any], schema: Schema, path: str) -> list[str]:
     problems = [f"{path}.{key}: required" for key in schema.get("required", ()) if key not in value]
+    if len(value) > schema.get("maxProperties", len(value)):
+        problems.append(f"{path}: more than {schema['maxProperties']} properties")
     properties = schema.get("properties")
     extra = schema.get("additionalProperties")
     for key, item in value.items():

@@ -362,3 +362,29 @@ def test_with_dra_the_agent_writes_only_its_own_nodes_slices(
 def dry_run_create(api: httpx.Client, body: dict[str, Any], full: bool = False) -> Any:
     response = api.post(SLICES, json=body, params={"dryRun": "All"})
     return response if full else response.status_code
+
+
+@pytest.mark.parametrize(
+    ("spec", "complaint"),
+    [
+        ({"control": {"rdt": {"classes": {f"c{i}": {} for i in range(300)}}}},
+         "spec.control.rdt.classes: Too many: 300: must have at most 256 items"),
+        ({"control": {"blockio": {"options": {f"o{i}": i for i in range(257)}}}},
+         "must have at most 256 items"),
+        ({"reservedResources": {"cpu": "cpuset:" + ",".join(["0-65536"] * 600)}},
+         "spec.reservedResources.cpu: Too long"),
+    ],
+)  # fmt: skip
+def test_api_server_bounds_free_form_fields_and_cpu_values(
+    server: ApiServer, installed: dict[str, Any], spec: dict[str, Any], complaint: str
+) -> None:
+    document = {
+        "apiVersion": "config.nri/v1alpha1",
+        "kind": "TemplatePolicy",
+        "metadata": {"name": "bounded", "namespace": NAMESPACE},
+        "spec": {"reservedResources": {"cpu": "1"}} | spec,
+    }
+    with client(server) as api:
+        response = create(api, cr_path("TemplatePolicy"), document)
+    assert response.status_code == 422, response.text[:300]
+    assert complaint in message(response)
