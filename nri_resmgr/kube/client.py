@@ -19,7 +19,7 @@ import httpx
 from nri_resmgr.kube import decode
 from nri_resmgr.kube.auth import BearerAuth
 from nri_resmgr.kube.config import ClusterConfig
-from nri_resmgr.kube.errors import ApiError, connection_error, error_from_body
+from nri_resmgr.kube.errors import BadResponse, connection_error, error_from_body
 from nri_resmgr.kube.resources import ApiResource
 
 if TYPE_CHECKING:
@@ -112,7 +112,10 @@ class KubeClient:
         items: list[KubeObject] = []
         while True:
             page = await self.request("GET", path, params=params)
-            items.extend(_with_kind(page.get("items") or [], resource))
+            page_items = page.get("items") or []
+            if not isinstance(page_items, list) or not all(isinstance(i, dict) for i in page_items):
+                raise BadResponse(0, "BadResponse", f"list {path}: items are not objects")
+            items.extend(_with_kind(page_items, resource))
             meta = page.get("metadata") or {}
             if not meta.get("continue"):
                 return ObjectList(tuple(items), str(meta.get("resourceVersion", "")))
@@ -241,9 +244,9 @@ def _decode(content: bytes, method: str, path: str) -> KubeObject:
     try:
         decoded = decode.loads(content)
     except ValueError as exc:
-        raise ApiError(0, "BadResponse", f"{method} {path}: reply is not JSON") from exc
+        raise BadResponse(0, "BadResponse", f"{method} {path}: reply is not JSON") from exc
     if not isinstance(decoded, dict):
-        raise ApiError(0, "BadResponse", f"{method} {path}: reply is not a JSON object")
+        raise BadResponse(0, "BadResponse", f"{method} {path}: reply is not a JSON object")
     return decoded
 
 

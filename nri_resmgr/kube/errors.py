@@ -59,6 +59,11 @@ class Unavailable(ApiError, Recoverable):
     """5xx, 429, a refused or dropped connection, or a timeout: the server may come back."""
 
 
+class BadResponse(ApiError, Recoverable):
+    """A reply that is not what the API server sends (not JSON, not an object, items that are
+    not objects): a proxy or a glitch in between, worth retrying, never worth a crash."""
+
+
 _BY_STATUS: dict[int, type[ApiError]] = {
     400: BadRequest,
     401: Unauthorized,

@@ -36,14 +36,14 @@ from nri_resmgr.backoff import Backoff
 from nri_resmgr.errors import Recoverable
 from nri_resmgr.kube import decode
 from nri_resmgr.kube.client import KubeClient, KubeObject
-from nri_resmgr.kube.errors import ApiError, Gone, error_from_status_object
+from nri_resmgr.kube.errors import ApiError, BadResponse, Gone, error_from_status_object
 from nri_resmgr.kube.resources import ApiResource
 from nri_resmgr.shorten import short_repr, shorten
 
 log = logging.getLogger(__name__)
 
 
-class MalformedEvent(ApiError, Recoverable):
+class MalformedEvent(BadResponse):
     """A watch line that is not a well-formed event: the stream is dropped and relisted.
 
     Relisting (after the backoff) gives the authoritative state and a version past the bad

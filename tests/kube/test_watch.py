@@ -218,3 +218,17 @@ async def test_deeply_nested_json_in_an_event_is_cut_not_fatal(serve_fake: Serve
         node, depth = node["a"], depth + 1
     assert node == decode.TOO_DEEP
     assert depth < decode.MAX_DEPTH
+
+
+async def test_a_list_with_items_that_are_not_objects_is_retried(serve_fake: ServeFake) -> None:
+    script = Script(
+        lists=[
+            {"metadata": {"resourceVersion": "3"}, "items": ["junk"]},
+            listing("4", cm("a", "4")),
+        ],
+        watches=[],
+    )
+    _, client = await serve_fake(script.handle)
+    with trio.fail_after(10):
+        (reset,) = await collect(client, 1)
+    assert [o["metadata"]["name"] for o in reset.objects] == ["a"]
