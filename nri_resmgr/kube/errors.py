@@ -11,6 +11,10 @@ import ssl
 from typing import Any
 
 from nri_resmgr.errors import Recoverable, ResmgrError
+from nri_resmgr.shorten import shorten
+
+# Characters of a server's error message kept in an ApiError.
+MESSAGE_LIMIT = 500
 
 
 class ApiError(ResmgrError):
@@ -90,7 +94,9 @@ def error_from_status_object(status_obj: dict[str, Any], http_status: int = 0) -
     code = status_obj.get("code")
     status = code if isinstance(code, int) and code else http_status
     reason = str(status_obj.get("reason") or _default_reason(status))
-    message = str(status_obj.get("message") or "")
+    # An Invalid reply quotes the rejected value; keep logs (and retries) from repeating it all.
+    message = shorten(str(status_obj.get("message") or ""), MESSAGE_LIMIT)
+    reason = shorten(reason, MESSAGE_LIMIT)
     return error_for(status, reason, message)
 
 
@@ -102,7 +108,9 @@ def error_from_body(http_status: int, body: bytes) -> ApiError:
         decoded = None
     if isinstance(decoded, dict) and decoded.get("kind") == "Status":
         return error_from_status_object(decoded, http_status)
-    text = body.decode("utf-8", errors="replace").strip()[:500]
+    text = shorten(
+        body[: 4 * MESSAGE_LIMIT].decode("utf-8", errors="replace").strip(), MESSAGE_LIMIT
+    )
     return error_for(http_status, _default_reason(http_status), text)
 
 

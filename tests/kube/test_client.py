@@ -185,3 +185,14 @@ async def _client_with_token_file(
         return status_reply(401, "Unauthorized")
 
     return await serve_fake(handler, TokenFile(token_path))
+
+
+async def test_a_huge_error_message_is_kept_short(serve_fake: ServeFake) -> None:
+    async def handler(req: Request) -> Reply:
+        return status_reply(422, "Invalid", "spec.x: Invalid value: " + "v" * 600_000)
+
+    _, client = await serve_fake(handler)
+    with pytest.raises(Invalid) as caught:
+        await client.get(NODES, "n1")
+    assert len(str(caught.value)) < 1_000
+    assert "600023 characters" in str(caught.value)
