@@ -108,9 +108,9 @@ def error_from_body(http_status: int, body: bytes) -> ApiError:
         decoded = None
     if isinstance(decoded, dict) and decoded.get("kind") == "Status":
         return error_from_status_object(decoded, http_status)
-    text = shorten(
-        body[: 4 * MESSAGE_LIMIT].decode("utf-8", errors="replace").strip(), MESSAGE_LIMIT
-    )
+    text = body[:MESSAGE_LIMIT].decode("utf-8", errors="replace").strip()
+    if len(body) > MESSAGE_LIMIT:
+        text = f"{text}… ({len(body)} bytes)"
     return error_for(http_status, _default_reason(http_status), text)
 
 
