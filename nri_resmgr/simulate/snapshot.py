@@ -6,12 +6,14 @@ node.tar.gz`` anywhere: the archive unpacks into a directory that serves as the 
 
 What is captured (``PATTERNS``): CPU and NUMA topology (``nri_resmgr.sysfs`` reads all of
 it), plus the CPU cache topology the upstream pool tree uses for L3 levels, and
-``/proc/meminfo`` (read when the kernel has no NUMA nodes). Nothing else: no process, cgroup
-or device information leaves the node. The archive is deterministic (sorted, mtime 0).
+``/proc/meminfo`` (read when the kernel has no NUMA nodes); of the meminfo files only the
+``MemTotal`` line is kept. Nothing else: no process, cgroup, device or usage information
+leaves the node. The archive is deterministic (sorted, mtime 0): the same node, same bytes.
 """
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
@@ -68,8 +70,11 @@ def take_snapshot(host_root: str = "") -> bytes:
     manifest = {"nri-resmgr": __version__, "hostname": os.uname().nodename, "files": len(files)}
     files[MANIFEST] = json.dumps(manifest, indent=1).encode() + b"\n"
     out = io.BytesIO()
-    # mtime=0 in the gzip header and in every member: the same node gives the same bytes.
-    with tarfile.open(fileobj=out, mode="w:gz", compresslevel=9) as tar:
+    # mtime 0 in the gzip header and in every member: the same node gives the same bytes.
+    with (
+        gzip.GzipFile(fileobj=out, mode="wb", compresslevel=9, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w") as tar,
+    ):
         for name in sorted(files):
             info = tarfile.TarInfo(name)
             info.size = len(files[name])
@@ -82,9 +87,13 @@ def _read(path: Path) -> bytes | None:
     # sysfs files claim a size of 4096 whatever they hold, and some refuse reads (EINVAL,
     # EACCES): read what they give and skip the ones that give nothing.
     try:
-        return path.read_bytes() if path.is_file() else None
+        content = path.read_bytes() if path.is_file() else None
     except OSError:
         return None
+    if content is not None and path.name == "meminfo":
+        # Only the size is topology; the rest is this moment's usage.
+        content = b"".join(line for line in content.splitlines(True) if b"MemTotal:" in line)
+    return content
 
 
 def extract_snapshot(archive: Path, into: Path) -> dict[str, object]:

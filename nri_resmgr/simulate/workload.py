@@ -267,10 +267,11 @@ def _pod(data: Mapping[str, Any], where: str, notes: list[Problem]) -> PodSpec:
             containers.append(_container(item, f"spec.{field}[{i}]", default_role, where, notes))
     if not any(c.role is Role.APP for c in containers):
         raise _Invalid("spec.containers", "a pod needs at least one container")
-    names = [c.name for c in containers]
+    names: set[str] = set()
     for c in containers:
-        if names.count(c.name) > 1:
+        if c.name in names:
             raise _Invalid(f"{c.path}.name", f"duplicate container name {c.name!r}")
+        names.add(c.name)
     uid = meta.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_URL, f"nri-resmgr/{namespace}/{name}"))
     grace = spec.get("terminationGracePeriodSeconds", 30)
     status = data.get("status")
