@@ -89,7 +89,7 @@ def plot(result: SimulationResult, out: Path) -> None:
     fig.suptitle(f"{result.policy} on {result.machine.description}", fontsize=11, y=0.995)
     text_ax = fig.add_axes((0.01, 0.0, 0.98, text_h / total))
     text_ax.axis("off")
-    _legend(text_ax, groups, colour_of)
+    _legend(text_ax, groups, colour_of, bool(system.online - result.allowed))
     _container_list(text_ax, result)
     try:
         fig.savefig(out, dpi=110)
@@ -242,17 +242,23 @@ def _group_label(group: Sequence[str]) -> str:
     return f"shared by {len(group)}: {shown}"
 
 
-def _legend(ax: Axes, groups: list[tuple[str, ...]], colour_of: dict[tuple[str, ...], str]) -> None:
+def _legend(
+    ax: Axes,
+    groups: list[tuple[str, ...]],
+    colour_of: dict[tuple[str, ...], str],
+    unavailable: bool,
+) -> None:
     from matplotlib.patches import Patch
 
     handles = [
         Patch(facecolor=colour_of[g], edgecolor="#222222", label=_group_label(g)) for g in groups
     ]
-    handles += [
-        Patch(facecolor=IDLE, edgecolor="#222222", label="idle"),
-        Patch(facecolor=IDLE, edgecolor="#222222", hatch="///", label="reserved (R)"),
-        Patch(facecolor=UNAVAILABLE, edgecolor="#222222", label="not available to the policy"),
-    ]
+    handles.append(Patch(facecolor=IDLE, edgecolor="#222222", label="idle"))
+    handles.append(Patch(facecolor=IDLE, edgecolor="#222222", hatch="///", label="reserved (R)"))
+    if unavailable:
+        handles.append(
+            Patch(facecolor=UNAVAILABLE, edgecolor="#222222", label="not available to the policy")
+        )
     ax.legend(
         handles=handles,
         loc="upper left",
