@@ -87,6 +87,8 @@ class SimulationResult:
     problems: tuple[Problem, ...]
     """Workload documents that could not be used."""
     notes: tuple[Problem, ...] = ()
+    startup: tuple[str, ...] = ()
+    """Warnings of the daemon while it took the initial configuration."""
 
     @property
     def live(self) -> tuple[ContainerRecord, ...]:

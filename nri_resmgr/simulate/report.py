@@ -33,6 +33,8 @@ def render_table(result: SimulationResult) -> str:
         f"available to the policy {result.allowed}",
         "",
     ]
+    if result.startup:
+        lines += ["at start:"] + [f"  {m}" for m in result.startup] + [""]
     header = [
         "step",
         "container",
@@ -168,6 +170,7 @@ def to_json(result: SimulationResult) -> dict[str, Any]:
         ],
         "containers": [_container_json(c) for c in result.containers],
         "cpu_users": {str(cpu): users for cpu, users in cpu_users(result).items()},
+        "startup": list(result.startup),
         "problems": [str(p) for p in result.problems],
         "notes": [str(p) for p in result.notes],
         "clean": result.clean,

@@ -73,6 +73,7 @@ async def simulate(
         async with Simulator.listen(socket, config) as sim, trio.open_nursery() as nursery:
             await nursery.start(service.serve)
             await sim.wait_plugin()
+            startup = tuple(logs)  # what the policy said about its configuration at load
             logs.clear()
             for number, step in enumerate(workload.steps, 1):
                 await run.step(sim, number, step)
@@ -86,6 +87,7 @@ async def simulate(
         containers=tuple(run.records),
         problems=workload.problems,
         notes=workload.notes,
+        startup=startup,
     )
 
 

@@ -49,6 +49,7 @@ STEP_API_VERSION = "simulate.nri-resmgr/v1"
 DEFAULT_NAMESPACE = "default"
 # Resources that reach the runtime but that the simulated model does not carry.
 _NOT_SIMULATED_PREFIXES = ("hugepages-",)
+_FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 class WorkloadError(ResmgrError):
@@ -222,6 +223,12 @@ def _steps_of(
         )
         return
     name = _pod_label(data)
+    status = data.get("status")
+    phase = status.get("phase") if isinstance(status, Mapping) else None
+    if phase in _FINISHED_PHASES:
+        # kubectl get pods lists completed pods too; kubelet runs nothing for them.
+        notes.append(Problem(f"{where} (pod {name})", f"status.phase {phase}: not created"))
+        return
     try:
         pod = _pod(data, f"{where} (pod {name})", notes)
     except _Invalid as exc:

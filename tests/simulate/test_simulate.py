@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
 import pytest
 import trio
 
+from nri_resmgr.config.models import PolicySpec
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr import policies
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
 from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.simulate import Status, open_machine, parse_workload, simulate
 from nri_resmgr.simulate.report import render_table
 from tests.simulate.helpers import (
@@ -60,6 +63,9 @@ def test_the_cli_json_and_table_match_the_policy(tmp_path: Path) -> None:
     assert running == expected
     assert data["clean"] is True
     assert data["machine"]["cpus"] == "0-15"
+    # The reserved CPUs marked in the output are the ones the policy gives kube-system.
+    coredns = expected["kube-system/coredns/coredns"]
+    assert coredns[0] == data["machine"]["reserved"]
     # Every CPU's users are the running containers whose final cpuset holds it.
     for label, (cpus, _) in expected.items():
         for cpu in CpuSet.parse(cpus):
@@ -236,3 +242,24 @@ def test_a_helm_values_file_needs_the_policy_named() -> None:
         from nri_resmgr.simulate.command import load_config
 
         load_config(str(BALLOONS_VALUES))
+
+
+class _Noting(TopologyAwarePolicy):
+    """A policy that says, at load, that something is accepted but not applied."""
+
+    def setup(self, spec: PolicySpec, env: PolicyEnv) -> None:
+        super().setup(spec, env)
+        logging.getLogger("nri_resmgr.resmgr.policies").warning("spec.x: accepted, not applied")
+
+
+async def test_what_the_policy_says_at_load_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(policies.POLICIES, "topology-aware", _Noting)
+    with open_machine("n4c16") as machine:
+        result = await simulate(
+            machine, config("topology-aware"), parse_workload(WORKLOAD.read_text()), tmp_path
+        )
+    assert result.startup == ("warning: spec.x: accepted, not applied",)
+    assert "at start:\n  warning: spec.x: accepted, not applied" in render_table(result)
+    assert all("accepted" not in m for s in result.steps for m in s.messages)

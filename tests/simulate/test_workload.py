@@ -117,3 +117,10 @@ def test_hugepages_are_noted_as_not_simulated() -> None:
 def test_broken_yaml_stops_with_the_line() -> None:
     with pytest.raises(WorkloadError, match="line 2"):
         parse_workload("apiVersion: v1\nkind: Pod: x\n")
+
+
+def test_finished_pods_from_kubectl_are_noted_not_created() -> None:
+    text = POD % "done" + "status: {phase: Succeeded}\n---\n" + POD % "live"
+    workload = parse_workload(text)
+    assert [s.pod.name for s in workload.steps if isinstance(s, AddPod)] == ["live"]
+    assert "status.phase Succeeded: not created" in str(workload.notes[0])
