@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["PlotError", "plot", "require_matplotlib"]
 
 MAX_CORES_PER_ROW = 8
+MAX_WIDTH = 48.0
+"""Grid units (one CPU cell is 1) beyond which sockets are stacked rather than side by side."""
 GAP = 0.3
 BAND = 0.7
 """Height of the label band at the top of each frame."""
@@ -69,7 +71,7 @@ def plot(result: SimulationResult, out: Path) -> None:
     groups = sorted({tuple(u) for u in users.values() if u}, key=lambda g: (len(g) > 1, g))
     colours = _palette(len(groups))
     colour_of = {g: colours[i] for i, g in enumerate(groups)}
-    layout = _Layout(system)
+    layout = _Layout.of(system)
     cells, width, height = layout.cells, layout.width, layout.height
     rows = max(len(groups) + 4, len(result.live) + 2)
     scale = 0.5
@@ -124,18 +126,28 @@ class _Frame:
 
 
 class _Layout:
-    """Nested frames, left to right: sockets, their dies (when more than one), their NUMA
-    nodes, whose cores are columns of thread cells, at most MAX_CORES_PER_ROW to a row."""
+    """Nested frames: sockets (side by side, or one under the other when that would be too
+    wide), their dies (when more than one), their NUMA nodes, left to right, whose cores
+    are columns of thread cells, at most MAX_CORES_PER_ROW to a row."""
 
-    def __init__(self, system: System) -> None:
+    def __init__(self, system: System, stacked: bool = False) -> None:
         self.system = system
         self.cells: dict[int, _Box] = {}
         self.frames: list[_Frame] = []
-        x, height = GAP, 0.0
+        x, y, width, height = GAP, GAP, 0.0, 0.0
         for pkg in system.packages():
-            w, h = self._package(pkg, x, GAP)
-            x, height = x + w + GAP, max(height, h)
-        self.width, self.height = x, height + 2 * GAP
+            w, h = self._package(pkg, x, y)
+            width, height = max(width, x + w + GAP), max(height, y + h + GAP)
+            if stacked:
+                y += h + GAP
+            else:
+                x += w + GAP
+        self.width, self.height = width, height
+
+    @classmethod
+    def of(cls, system: System) -> _Layout:
+        wide = cls(system)
+        return cls(system, stacked=True) if wide.width > MAX_WIDTH else wide
 
     def _package(self, pkg: int, x: float, y: float) -> tuple[float, float]:
         dies = self.system.dies(pkg)

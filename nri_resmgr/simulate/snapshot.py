@@ -67,7 +67,9 @@ def take_snapshot(host_root: str = "") -> bytes:
             content = _read(path)
             if content is not None:
                 files[path.relative_to(root).as_posix()] = content
-    manifest = {"nri-resmgr": __version__, "hostname": os.uname().nodename, "files": len(files)}
+    # In a DaemonSet pod the node's name is NODE_NAME; uname would give the pod's.
+    node = os.environ.get("NODE_NAME") or os.uname().nodename
+    manifest = {"nri-resmgr": __version__, "hostname": node, "files": len(files)}
     files[MANIFEST] = json.dumps(manifest, indent=1).encode() + b"\n"
     out = io.BytesIO()
     # mtime 0 in the gzip header and in every member: the same node gives the same bytes.
