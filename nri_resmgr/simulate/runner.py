@@ -24,7 +24,7 @@ import trio.testing
 
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.config import PolicyDocument
-from nri_resmgr.errors import ConfigError
+from nri_resmgr.errors import ConfigError, ResmgrError
 from nri_resmgr.nri import convert
 from nri_resmgr.nri.errors import RpcError
 from nri_resmgr.nri.service import NriService
@@ -45,7 +45,12 @@ from nri_resmgr.simulate.records import (
 )
 from nri_resmgr.simulate.workload import AddPod, ChangeConfig, RemovePods, Role, Step, Workload
 
-__all__ = ["simulate"]
+__all__ = ["SimulationError", "simulate"]
+
+
+class SimulationError(ResmgrError):
+    """The simulated daemon stopped serving; the run cannot go on truthfully."""
+
 
 # A policy decision takes milliseconds; the runtime's usual 2 s would still fail a decision
 # on a machine busy with other work, and a timeout here would close the plugin mid-run.
@@ -118,18 +123,30 @@ class _Run:
 
     async def step(self, sim: Simulator, number: int, step: Step) -> None:
         messages: list[str] = []
-        if isinstance(step, AddPod):
-            action, target = "add", step.pod.key
-            ok = await self._add(sim, number, step, messages)
-        elif isinstance(step, RemovePods):
-            action, target = "remove", ", ".join(step.pods)
-            ok = await self._remove(sim, number, step, messages)
-        else:
-            action, target = "config", f"{step.doc.kind} {step.doc.name}".strip()
-            ok = await self._reconfigure(step, messages)
+        try:
+            if isinstance(step, AddPod):
+                action, target = "add", step.pod.key
+                ok = await self._add(sim, number, step, messages)
+            elif isinstance(step, RemovePods):
+                action, target = "remove", ", ".join(step.pods)
+                ok = await self._remove(sim, number, step, messages)
+            else:
+                action, target = "config", f"{step.doc.kind} {step.doc.name}".strip()
+                ok = await self._reconfigure(step, messages)
+        except RpcError as exc:
+            # A pod or stop/remove event the plugin answered with an error: the runtime
+            # would fail that CRI call; the rest of the step is not done.
+            messages.append(f"the runtime's call failed: {exc.message}")
+            ok = False
         # Updates the policy pushes on its own (UpdateContainers) travel over the socket;
         # once every task is blocked, they have all been applied. A barrier, not a sleep.
         await trio.testing.wait_all_tasks_blocked()
+        if not sim.active_plugins():
+            # From here on the runtime would run containers unpinned: no result is honest.
+            raise SimulationError(
+                f"step {number}: the simulated runtime closed the plugin connection; "
+                f"{'; '.join(self.logs) or 'see the log above'}"
+            )
         self._observe(sim, number)
         messages.extend(self.logs)
         self.logs.clear()
@@ -164,7 +181,13 @@ class _Run:
             messages.append(f"{step.pod.key}: {rejection}")
             return False
         sandbox = convert.pod_to_proto(nri.pod)
-        await sim.run_pod_sandbox(sandbox)
+        try:
+            await sim.run_pod_sandbox(sandbox)
+        except RpcError as exc:
+            for r in records:
+                r.error = f"RunPodSandbox failed: {exc.message}"
+            messages.append(f"{step.pod.key}: RunPodSandbox failed: {exc.message}")
+            return False
         live = _LivePod(nri, sandbox, [])
         self.pods[step.pod.key] = live
         blocked: str | None = None

@@ -263,3 +263,26 @@ async def test_what_the_policy_says_at_load_is_reported(
     assert result.startup == ("warning: spec.x: accepted, not applied",)
     assert "at start:\n  warning: spec.x: accepted, not applied" in render_table(result)
     assert all("accepted" not in m for s in result.steps for m in s.messages)
+
+
+class _RefusingPods(TopologyAwarePolicy):
+    def run_pod_sandbox(self, pod: Pod) -> None:
+        if pod.name == "pod1":
+            raise RuntimeError("sandbox refused")
+        super().run_pod_sandbox(pod)
+
+
+async def test_a_pod_whose_sandbox_fails_is_reported_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(policies.POLICIES, "topology-aware", _RefusingPods)
+    with open_machine("n4c16") as machine:
+        result = await simulate(
+            machine, config("topology-aware"), parse_workload(WORKLOAD.read_text()), tmp_path
+        )
+    pod1 = [c for c in result.containers if c.pod == "default/pod1"]
+    assert pod1 and all(c.status == Status.FAILED for c in pod1)
+    assert all(c.error == "RunPodSandbox failed: sandbox refused" for c in pod1)
+    step = next(s for s in result.steps if s.target == "default/pod1")
+    assert not step.ok
+    assert next(c for c in result.containers if c.pod == "default/pod4").status == Status.RUNNING
