@@ -16,11 +16,26 @@ import attrs
 from nri_resmgr.errors import ResmgrError
 from nri_resmgr.simulate.snapshot import extract_snapshot
 from nri_resmgr.sysfs import System, discover
-from nri_resmgr.sysfs.synthetic import TOPOLOGIES, write_sysfs
+from nri_resmgr.sysfs.synthetic import TOPOLOGIES, Layout, write_sysfs
 
-__all__ = ["HOST", "Machine", "MachineError", "known_machines", "open_machine"]
+__all__ = [
+    "HOST",
+    "MACHINES",
+    "UPSTREAM_TOPOLOGIES",
+    "Machine",
+    "MachineError",
+    "known_machines",
+    "open_machine",
+]
 
 HOST = "host"
+UPSTREAM_TOPOLOGIES = {
+    # The nri-plugins e2e topologies that sysfs.synthetic does not already have
+    # (test/e2e/policies.test-suite/topology-aware/<name>/topology.var.json).
+    "n4c128": Layout(packages=2, nodes_per_die=2, cores_per_node=16, threads=2),
+    "s8c4k": Layout(packages=8, cores_per_node=512, threads=1),
+}
+MACHINES = {**TOPOLOGIES, **UPSTREAM_TOPOLOGIES}
 
 
 class MachineError(ResmgrError):
@@ -40,7 +55,7 @@ class Machine:
 
 
 def known_machines() -> list[str]:
-    return [HOST, *sorted(TOPOLOGIES)]
+    return [HOST, *sorted(MACHINES)]
 
 
 @contextmanager
@@ -51,8 +66,8 @@ def open_machine(name: str, host_root: str = "") -> Iterator[Machine]:
         return
     with tempfile.TemporaryDirectory(prefix="nri-resmgr-machine-") as tmp:
         root = Path(tmp)
-        if name in TOPOLOGIES:
-            write_sysfs(root, TOPOLOGIES[name])
+        if name in MACHINES:
+            write_sysfs(root, MACHINES[name])
             yield Machine(name, "synthetic", tmp, discover(tmp), f"synthetic {name}")
             return
         path = Path(name)

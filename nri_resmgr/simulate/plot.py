@@ -126,28 +126,30 @@ class _Frame:
 
 
 class _Layout:
-    """Nested frames: sockets (side by side, or one under the other when that would be too
-    wide), their dies (when more than one), their NUMA nodes, left to right, whose cores
+    """Nested frames: sockets (side by side, or in rows when that would be too wide), their
+    dies (when more than one), their NUMA nodes, left to right, whose cores
     are columns of thread cells, at most MAX_CORES_PER_ROW to a row."""
 
-    def __init__(self, system: System, stacked: bool = False) -> None:
+    def __init__(self, system: System, columns: int) -> None:
         self.system = system
         self.cells: dict[int, _Box] = {}
         self.frames: list[_Frame] = []
-        x, y, width, height = GAP, GAP, 0.0, 0.0
-        for pkg in system.packages():
+        x, y, width, row_h = GAP, GAP, 0.0, 0.0
+        for i, pkg in enumerate(system.packages()):
+            if i and i % columns == 0:
+                x, y, row_h = GAP, y + row_h + GAP, 0.0
             w, h = self._package(pkg, x, y)
-            width, height = max(width, x + w + GAP), max(height, y + h + GAP)
-            if stacked:
-                y += h + GAP
-            else:
-                x += w + GAP
-        self.width, self.height = width, height
+            x, width, row_h = x + w + GAP, max(width, x + w + GAP), max(row_h, h)
+        self.width, self.height = width, y + row_h + GAP
 
     @classmethod
     def of(cls, system: System) -> _Layout:
-        wide = cls(system)
-        return cls(system, stacked=True) if wide.width > MAX_WIDTH else wide
+        """Sockets side by side; when that is too wide, in rows of about sqrt(sockets)."""
+        count = len(system.packages())
+        wide = cls(system, columns=count)
+        if wide.width <= MAX_WIDTH or count == 1:
+            return wide
+        return cls(system, columns=math.ceil(math.sqrt(count)) if count > 2 else 1)
 
     def _package(self, pkg: int, x: float, y: float) -> tuple[float, float]:
         dies = self.system.dies(pkg)
@@ -181,7 +183,9 @@ class _Layout:
 
     def _node(self, label: str, cpus: CpuSet, x: float, y: float) -> tuple[float, float]:
         cores = _cores(self.system, cpus)
-        per_row = min(len(cores), MAX_CORES_PER_ROW) or 1
+        # Big nodes get wider rows, so that no frame grows much taller than wide.
+        per_row = min(len(cores), max(MAX_CORES_PER_ROW, math.ceil(math.sqrt(2 * len(cores)))))
+        per_row = per_row or 1
         threads = max((len(c) for c in cores), default=1)
         for i, core in enumerate(cores):
             cx = x + GAP + (i % per_row) * (1 + CORE_GAP)

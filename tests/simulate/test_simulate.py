@@ -29,7 +29,7 @@ from tests.simulate.helpers import (
     run_cli,
 )
 
-MACHINES = ["n4c16", "four-numa-dies", "n4c16-isolated"]
+MACHINES = ["n4c16", "four-numa-dies", "n4c16-isolated", "n4c128"]
 
 
 @pytest.mark.parametrize("policy", ["topology-aware", "balloons"])
