@@ -286,3 +286,42 @@ async def test_a_pod_whose_sandbox_fails_is_reported_and_the_run_goes_on(
     step = next(s for s in result.steps if s.target == "default/pod1")
     assert not step.ok
     assert next(c for c in result.containers if c.pod == "default/pod4").status == Status.RUNNING
+
+
+KUBECTL_LIST = """
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: api-7d9c
+    namespace: shop
+    uid: 0b5a6c2e-1111-4c3d-9e8f-123456789abc
+    ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: api-7d9c}]
+  spec:
+    nodeName: node-7
+    containers:
+    - name: api
+      image: shop/api:1.2
+      resources:
+        limits: {cpu: "2", memory: 1Gi}
+        requests: {cpu: "2", memory: 1Gi}
+  status: {phase: Running, qosClass: Guaranteed}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: odd, namespace: shop, uid: 0b5a6c2e-2222-4c3d-9e8f-123456789abc}
+  spec:
+    containers: [{name: c, resources: {}}]
+  status: {phase: Running, qosClass: Burstable}
+"""
+
+
+async def test_kubectl_output_is_simulated_and_a_qos_mismatch_is_said(tmp_path: Path) -> None:
+    result, reference = await run_both("n4c16", config("topology-aware"), KUBECTL_LIST, tmp_path)
+    assert final_placements(result) == expected_placements(reference)
+    api = next(c for c in result.containers if c.container == "api")
+    assert (api.qos, api.status) == ("guaranteed", Status.RUNNING)
+    assert api.final is not None and len(CpuSet.parse(api.final.cpus)) == 2
+    odd = next(s for s in result.steps if s.target == "shop/odd")
+    assert any("status.qosClass says Burstable" in m and "besteffort" in m for m in odd.messages)
