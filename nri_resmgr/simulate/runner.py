@@ -23,7 +23,7 @@ import trio
 import trio.testing
 
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
-from nri_resmgr.config import PolicyDocument
+from nri_resmgr.config import PolicyDocument, PolicySpec
 from nri_resmgr.errors import ConfigError, ResmgrError
 from nri_resmgr.nri import convert
 from nri_resmgr.nri.errors import RpcError
@@ -69,12 +69,10 @@ async def simulate(
         manager = ResourceManager(
             create_policy(doc.policy_name), doc.spec, PolicyEnv(host_root=machine.host_root)
         )
-        allowed = allowed_cpus(machine.system, doc.spec.available_resources)
-        reserved = reserved_cpus(machine.system, doc.spec.reserved_resources, allowed)
         socket = str(workdir / "nri.sock")
         service = NriService(manager, socket, "resource-manager", "90", env={})
         config = SimConfig(request_timeout=REQUEST_TIMEOUT)
-        run = _Run(manager, doc.policy_name, machine, cgroup_driver, logs)
+        run = _Run(manager, doc, machine, cgroup_driver, logs)
         async with Simulator.listen(socket, config) as sim, trio.open_nursery() as nursery:
             await nursery.start(service.serve)
             await sim.wait_plugin()
@@ -83,6 +81,10 @@ async def simulate(
             for number, step in enumerate(workload.steps, 1):
                 await run.step(sim, number, step)
             await service.stop()
+    # The CPUs the configuration in force at the end sets apart, by the policies' own rules.
+    spec = run.spec
+    allowed = allowed_cpus(machine.system, spec.available_resources)
+    reserved = reserved_cpus(machine.system, spec.reserved_resources, allowed)
     return SimulationResult(
         policy=doc.policy_name,
         machine=machine,
@@ -107,13 +109,15 @@ class _Run:
     def __init__(
         self,
         manager: ResourceManager,
-        policy_name: str,
+        doc: PolicyDocument,
         machine: Machine,
         driver: str,
         logs: list[str],
     ) -> None:
         self.manager = manager
-        self.policy_name = policy_name
+        self.policy_name = doc.policy_name
+        self.spec: PolicySpec = doc.spec
+        """The configuration in force."""
         self.machine = machine
         self.driver = driver
         self.logs = logs
@@ -286,6 +290,7 @@ class _Run:
             return False
         try:
             await self.manager.reconfigure(step.doc.spec)
+            self.spec = step.doc.spec
         except ConfigError as exc:
             messages.extend(
                 f"{step.source}: refused, old configuration kept: {e}" for e in exc.errors

@@ -99,6 +99,7 @@ async def test_a_config_change_moves_containers_as_the_policy_says(tmp_path: Pat
     assert coredns.final is not None
     assert coredns.final.step == config_step.number
     assert coredns.final.cpus == "0-3"
+    assert str(result.reserved) == "0-3"  # what the output marks is the config in force
 
 
 async def test_a_refused_config_change_keeps_the_old_one_and_the_run_goes_on(
