@@ -42,6 +42,8 @@ class ContainerRecord:
     requests: Amounts
     limits: Amounts
     container_id: str
+    step: int
+    """The step that created (or tried to create) it."""
     status: str = Status.FAILED
     error: str | None = None
     created: Placement | None = None

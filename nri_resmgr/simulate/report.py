@@ -77,7 +77,7 @@ def machine_summary(system: System) -> str:
 
 
 def _row(c: ContainerRecord) -> list[str]:
-    step = str(c.history[0].step if c.history else c.created.step if c.created else "-")
+    step = str(c.step)
     created = _cpus(c.created.cpus) if c.created else "-"
     final = c.final
     if c.status == Status.REMOVED:
@@ -183,6 +183,7 @@ def _container_json(c: ContainerRecord) -> dict[str, Any]:
         "pod": c.pod,
         "container": c.container,
         "id": c.container_id,
+        "step": c.step,
         "role": c.role,
         "qos": c.qos,
         "requests": _amounts(c.requests),

@@ -169,6 +169,7 @@ class _Run:
                 requests=spec.requests,
                 limits=spec.limits,
                 container_id=ctr.id,
+                step=number,
             )
             for spec, ctr in nri.containers
         ]
