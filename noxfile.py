@@ -27,7 +27,7 @@ def install_project(session: nox.Session, *extras: str) -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Unit and integration tests (integration tests build their Go peers first)."""
-    install_project(session, "test")
+    install_project(session, "test", "plot")
     env = {"NRI_RESMGR_CACHE": str(CACHE)}
     session.run("pytest", *session.posargs, env=env)
 

@@ -17,6 +17,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         setup_logging("warning")
         return demo.main(args[1:])
+    if args[:1] == ["simulate"]:
+        from nri_resmgr.simulate import command
+
+        return command.main(args[1:])
+    if args[:1] == ["snapshot-topology"]:
+        from nri_resmgr.simulate import command
+
+        return command.snapshot_main(args[1:])
     try:
         options = parse_options(args)
     except UsageError as exc:
