@@ -8,18 +8,23 @@ from collections.abc import Sequence
 
 import attrs
 
-from nri_resmgr.config.models import BalloonsSpec, PolicySpec
+from nri_resmgr.config.expressions import evaluate, expand
+from nri_resmgr.config.models import BalloonsSpec, BalloonType, PolicySpec
+from nri_resmgr.config.notapplied import report
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
+from nri_resmgr.resmgr.policies.balloons.keys import NOT_APPLIED
 from nri_resmgr.resmgr.policies.balloons.restore import Live, rebuild
 from nri_resmgr.resmgr.policies.balloons.state import Balloon, Balloons
+from nri_resmgr.resmgr.policies.balloons.subject import container_subject
 from nri_resmgr.resmgr.policies.balloons.types import (
     DEFAULT,
     RESERVED,
+    BalloonsError,
     Matcher,
     balloon_types,
     creation_order,
@@ -65,6 +70,7 @@ class BalloonsPolicy(HardwarePolicy):
                 f"spec: balloons needs a BalloonsPolicy spec, got {type(spec).__name__}"
             )
         types = balloon_types(spec)
+        report(spec, NOT_APPLIED)
         allowed = allowed_cpus(self.system, spec.available_resources)
         reserved = reserved_cpus(self.system, spec.reserved_resources, allowed)
         matcher = Matcher(tuple(types), spec.reserved_pool_namespaces)
@@ -111,7 +117,7 @@ class BalloonsPolicy(HardwarePolicy):
         lives = []
         for c in containers:
             pod = self.pods.get(c.pod_id)
-            if pod is None or c.state is ContainerState.STOPPED or _preserved(pod, c):
+            if pod is None or c.state is ContainerState.STOPPED or self._preserved(pod, c):
                 continue
             self.containers[c.id] = c
             res = c.resources or Resources()
@@ -129,7 +135,11 @@ class BalloonsPolicy(HardwarePolicy):
         self._create_min_balloons(state)
         for live in leftovers:
             log.info("%s: cpuset %s matches no balloon; placing afresh", live.name, live.cpus)
-            self._place(live)
+            try:
+                self._place(live)
+            except BalloonsError as e:
+                # It runs already: leave it where it is rather than fail the whole sync.
+                log.error("%s: %s; left as it is", live.name, e)
         for b in state.balloons:
             state.fit(b)
         for live in lives:
@@ -142,20 +152,32 @@ class BalloonsPolicy(HardwarePolicy):
         self, matcher: Matcher, pod: Pod, c: Container, cpus: CpuSet | None, mems: CpuSet | None
     ) -> Live:
         request = container_request(pod, c).cpu_request
-        return Live(pod, c, matcher.type_for(pod, c), request, cpus, mems)
+        if cpus is None and mems is None:
+            return Live(pod, c, matcher.type_for(pod, c), request, cpus, mems)
+        try:
+            t = matcher.type_for(pod, c)
+        except BalloonsError as e:
+            # A running container: a configuration change must not fail it after the fact.
+            log.warning("%s/%s/%s: %s; using the default type", pod.namespace, pod.name, c.name, e)
+            t = matcher.by_name(DEFAULT)  # type: ignore[assignment]
+            assert t is not None
+        return Live(pod, c, t, request, cpus, mems)
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def create_container(self, pod: Pod, container: Container) -> tuple[Adjustment, list[Update]]:
         self.pods.setdefault(pod.id, pod)
-        if _preserved(pod, container):
+        if self._preserved(pod, container):
             return Adjustment(), []
-        self.containers[container.id] = container
         state = self.state
-        state.leave(container.id)
         live = self._live(self.matcher, pod, container, None, None)
+        state.leave(container.id)
         b = self._place(live)
-        cpus, mems = state.desired(b, state.free())
+        self.containers[container.id] = container
+        res = container.resources or Resources()
+        cpus, mems = state.desired(
+            b, state.free(), container.id, reported_cpuset(res.cpuset_mems, container)
+        )
         a = state.members.get(container.id)
         assert a is not None
         state.members.put(_with_applied(a, cpus, mems))
@@ -168,21 +190,42 @@ class BalloonsPolicy(HardwarePolicy):
         return adjustment, state.refresh(skip=container.id)
 
     def _place(self, live: Live) -> Balloon:
+        """Put ``live`` in a balloon of its type; raise BalloonsError if none can take it
+        (upstream fails the container then, rather than using another type)."""
         state = self.state
         ns = live.pod.namespace
-        b = state.choose(live.type, live.pod.id, ns, live.request)
+        group = self._group(live)
+        b = state.choose(live.type, live.pod.id, ns, live.request, group)
         if b is None:
-            default = self.matcher.by_name(DEFAULT)
-            assert default is not None
-            log.warning(
-                "%s: no balloon of type %r can take %d mCPU; using the default balloon",
-                live.name,
-                live.type.name,
-                live.request,
+            raise BalloonsError(
+                f"balloon allocation for container {live.name} failed: no suitable balloon "
+                f"instance available (type {live.type.name!r}, request {live.request} mCPU)"
             )
-            b = state.choose(default, live.pod.id, ns, live.request) or state.of_type(default)[0]
-        state.join(b, live.allocation(), ns)
+        cid = live.container.id
+        if _hide_hyperthreads(live.pod, live.container, live.type):
+            state.no_ht.add(cid)
+        if lookup_bool(live.pod, live.container, "memory.preserve") is True:
+            state.keep_mems.add(cid)
+        state.join(b, live.allocation(), ns, group=group)
         return b
+
+    def _group(self, live: Live) -> str | None:
+        if not live.type.group_by:
+            return None
+        try:
+            return expand(live.type.group_by, container_subject(live.pod, live.container))
+        except KeyError as e:
+            log.error("%s: groupBy of balloon type %r: %s", live.name, live.type.name, e)
+            return None
+
+    def _preserved(self, pod: Pod, c: Container) -> bool:
+        if lookup_bool(pod, c, "cpu.preserve") is True:
+            return True
+        rules = self.state.spec.preserve
+        if rules is None:
+            return False
+        subject = container_subject(pod, c)
+        return any(evaluate(e, subject) for e in rules.match_expressions)
 
     def stop_container(self, pod: Pod, container: Container) -> list[Update]:
         if self.state.leave(container.id) is None:
@@ -194,8 +237,10 @@ class BalloonsPolicy(HardwarePolicy):
         return self.stop_container(pod, container)
 
 
-def _preserved(pod: Pod, c: Container) -> bool:
-    return lookup_bool(pod, c, "cpu.preserve") is True
+def _hide_hyperthreads(pod: Pod, c: Container, t: BalloonType) -> bool:
+    """The hide-hyperthreads annotation, else the balloon type's hideHyperthreads."""
+    value = lookup_bool(pod, c, "hide-hyperthreads")
+    return value if value is not None else bool(t.hide_hyperthreads)
 
 
 def _with_applied(a: Allocation, cpus: CpuSet | None, mems: CpuSet | None) -> Allocation:

@@ -31,6 +31,8 @@ class Balloon:
     pods: dict[str, str] = attrs.field(factory=dict)
     """container id -> pod id."""
     namespaces: dict[str, str] = attrs.field(factory=dict)
+    groups: dict[str, str] = attrs.field(factory=dict)
+    """container id -> groupBy value (only for types with groupBy)."""
 
     @property
     def name(self) -> str:
@@ -39,6 +41,11 @@ class Balloon:
     @property
     def requested(self) -> int:
         return sum(self.members.values())
+
+
+def single_threads(system: System, cpus: CpuSet) -> CpuSet:
+    """One hyperthread (the lowest in ``cpus``) of every core that has CPUs in ``cpus``."""
+    return CpuSet({min(system.cpus[c].threads & cpus) for c in cpus})
 
 
 def target_cpus(t: BalloonType, requested: int, has_members: bool) -> int:
@@ -59,6 +66,10 @@ class Balloons:
         self.isolated = system.isolated & allowed
         self.balloons: list[Balloon] = []
         self.members = AllocationCache()
+        self.no_ht: set[str] = set()
+        """Containers that run on one hyperthread per core (hideHyperthreads)."""
+        self.keep_mems: set[str] = set()
+        """Containers whose memory pinning is preserved (memory.preserve)."""
 
     # -- CPUs -----------------------------------------------------------------------------
 
@@ -139,7 +150,9 @@ class Balloons:
 
     # -- the fill chain -------------------------------------------------------------------
 
-    def choose(self, t: BalloonType, pod_id: str, namespace: str, request: int) -> Balloon | None:
+    def choose(
+        self, t: BalloonType, pod_id: str, namespace: str, request: int, group: str | None = None
+    ) -> Balloon | None:
         if t.max_cpus < 0:
             return None
         mine = self.of_type(t)
@@ -159,6 +172,10 @@ class Balloons:
         def new() -> Balloon | None:
             return self._new_balloon(t, request)
 
+        def same_group() -> Balloon | None:
+            cands = [b for b in mine if group in b.groups.values() and room(b, True) >= request]
+            return best(cands, False) or best(cands, True)
+
         def same_pod() -> Balloon | None:
             return best([b for b in mine if pod_id in b.pods.values()], True)
 
@@ -166,6 +183,8 @@ class Balloons:
             return best([b for b in mine if namespace in b.namespaces.values()], True)
 
         chain: list[Callable[[], Balloon | None]] = []
+        if group is not None:
+            chain.append(same_group)
         if not t.prefer_spreading_pods:
             chain.append(same_pod)
         if t.prefer_per_namespace_balloon:
@@ -194,21 +213,34 @@ class Balloons:
 
     # -- members --------------------------------------------------------------------------
 
-    def join(self, b: Balloon, a: Allocation, namespace: str, fit: bool = True) -> None:
+    def join(
+        self,
+        b: Balloon,
+        a: Allocation,
+        namespace: str,
+        fit: bool = True,
+        group: str | None = None,
+    ) -> None:
         b.members[a.container_id] = a.request
         b.pods[a.container_id] = a.pod_id
         b.namespaces[a.container_id] = namespace
+        if group is not None:
+            b.groups[a.container_id] = group
         self.members.put(attrs.evolve(a, pool=b.name))
         if fit:
             self.fit(b)
 
     def leave(self, cid: str) -> Balloon | None:
         member = self.members.pop(cid)
+        self.no_ht.discard(cid)
+        self.keep_mems.discard(cid)
         b = self.by_name(member.pool) if member else None
         if b is None:
             return None
-        for d in (b.members, b.pods, b.namespaces):
+        for d in (b.members, b.pods, b.namespaces, b.groups):
             d.pop(cid, None)
+        self.no_ht.discard(cid)
+        self.keep_mems.discard(cid)
         if b.members:
             self.fit(b)
         else:
@@ -234,23 +266,32 @@ class Balloons:
             area = CpuSet.union_all(s.core_of(c) for c in b.cpus)
         return idle & area
 
-    def desired(self, b: Balloon, idle: CpuSet) -> tuple[CpuSet | None, CpuSet | None]:
+    def desired(
+        self, b: Balloon, idle: CpuSet, cid: str | None = None, current: CpuSet | None = None
+    ) -> tuple[CpuSet | None, CpuSet | None]:
+        """The cpus and mems of a member of ``b`` (``cid``: the container, for its own
+        hideHyperthreads and memory.preserve; ``current``: its mems now)."""
         if not b.cpus:
             # An over-committed balloon with no CPUs at all: leave the container unpinned
             # rather than hand the runtime an empty cpuset.
             return None, None
         cpus = b.cpus | self.idle_shared(b, idle)
+        if cid in self.no_ht:
+            cpus = single_threads(self.system, cpus)
         pin_memory = self.spec.pin_memory if b.type.pin_memory is None else b.type.pin_memory
         mems = self.system.closest_memory(b.cpus) if pin_memory and b.cpus else None
+        if cid in self.keep_mems and pin_memory:
+            mems = current
         return (cpus if self.spec.pin_cpu else None), mems
 
     def refresh(self, skip: str | None = None) -> list[Update]:
         idle = self.free()
-        wanted = {b.name: self.desired(b, idle) for b in self.balloons}
+        by_name = {b.name: b for b in self.balloons}
         updates: list[Update] = []
         for m in sorted(self.members, key=lambda m: m.container_id):
             cid = m.container_id
-            cpus, mems = wanted.get(m.pool, (None, None))
+            b = by_name.get(m.pool)
+            cpus, mems = self.desired(b, idle, cid, m.mems) if b else (None, None)
             if cid == skip or (cpus, mems) == (m.cpus, m.mems):
                 continue
             self.members.put(attrs.evolve(m, cpus=cpus, mems=mems))
