@@ -82,7 +82,12 @@ class Balloons:
             return None
         # Isolated CPUs go to types that ask for them, and to others only as a last resort.
         preferred = free & self.isolated if t.prefer_isol_cpus else free - self.isolated
-        for pool in self._nearby(near, preferred) + self._nearby(near, free):
+        pools = self._nearby(near, preferred) + self._nearby(near, free)
+        if t.name == "reserved":
+            # The reserved balloon grows into the reserved CPUs first (upstream prefers
+            # them as if they were a device the balloon is close to).
+            pools = [free & self.reserved, *pools]
+        for pool in pools:
             if len(pool) >= count:
                 return pick_cpus(self.system, pool, count)
         return None
@@ -105,16 +110,18 @@ class Balloons:
                 return False
             b.cpus = b.cpus | extra
         elif count < have:
-            # The reserved CPUs configured for the reserved balloon are never given away.
-            keep = self.reserved if b.type.name == "reserved" else CpuSet()
-            giveable = b.cpus - keep
-            b.cpus = b.cpus - release_order(self.system, giveable, min(have - count, len(giveable)))
+            # The reserved balloon gives back other CPUs before the reserved ones.
+            last = self.reserved if b.type.name == "reserved" else CpuSet()
+            for giveable in (b.cpus - last, b.cpus & last):
+                n = min(len(b.cpus) - count, len(giveable))
+                b.cpus = b.cpus - release_order(self.system, giveable, n)
         return True
 
     def fit(self, b: Balloon) -> None:
         target = target_cpus(b.type, b.requested, bool(b.members))
-        if b.type.name == "reserved":
-            target = max(target, len(self.reserved & b.cpus))
+        if b.type.name == "reserved" and b.type.min_cpus == 0:
+            # Without minCPUs the reserved balloon is the reserved CPUs (at least).
+            target = max(target, len(self.reserved))
         if not self.resize(b, target):
             # Grow as far as the free CPUs go rather than not at all.
             self.resize(b, len(b.cpus) + len(self.free()))

@@ -1,0 +1,249 @@
+"""nri-plugins' balloons e2e scenarios on the n4c16 VM (2 packages x 2 NUMA nodes x 2 cores
+x 2 threads), replayed with the same configuration, pods, order and expectations.
+
+Upstream: test/e2e/policies.test-suite/balloons/n4c16/<test>/code.var.sh and its *.cfg.
+CPU names: upstream's ``cpuNN`` is CPU NN here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nri_resmgr.resmgr.cpuset import CpuSet
+from tests.policies.balloons.scenario import Scenario, disjoint
+
+ANN = "balloon.balloons.resource-policy.nri.io"
+GUARANTEED_100M = {"cpureq": "100m", "cpulim": "100m", "memreq": "100M", "memlim": "100M"}
+
+# test/e2e/policies.test-suite/balloons/helm-config.yaml
+HELM_CONFIG = {
+    "pinCPU": True,
+    "pinMemory": True,
+    "balloonTypes": [
+        {
+            "name": "two-cpu",
+            "minCPUs": 2,
+            "maxCPUs": 2,
+            "allocatorPriority": "high",
+            "cpuClass": "class2",
+            "preferNewBalloons": True,
+        },
+        {
+            "name": "three-cpu",
+            "namespaces": ["three"],
+            "minCPUs": 3,
+            "allocatorPriority": "normal",
+            "cpuClass": "class3",
+            "preferSpreadingPods": True,
+        },
+        {
+            "name": "four-cpu",
+            "minCPUs": 4,
+            "maxCPUs": 8,
+            "minBalloons": 1,
+            "allocatorPriority": "low",
+            "cpuClass": "class4",
+        },
+        {
+            "name": "five-cpu",
+            "maxCPUs": 5,
+            "allocatorPriority": "none",
+            "preferSpreadingPods": True,
+            "preferNewBalloons": True,
+            "cpuClass": "class5",
+        },
+    ],
+    "availableResources": {"cpu": "cpuset:1-15"},
+    "reservedResources": {"cpu": "1"},
+    "instrumentation": {"httpEndpoint": ":8891"},
+    "log": {"debug": ["policy"], "source": True, "klog": {"skip_headers": True}},
+    "control": {
+        "cpu": {
+            "classes": {
+                "default": {"minFreq": 800000, "maxFreq": 2800000},
+                "class2": {"minFreq": 900000, "maxFreq": 2900000},
+                "class3": {"minFreq": 1000000, "maxFreq": 3000000},
+                "class4": {
+                    "minFreq": 1100000,
+                    "maxFreq": 3100000,
+                    "energyPerformancePreference": 1,
+                },
+                "class5": {
+                    "minFreq": 1200000,
+                    "maxFreq": 3200000,
+                    "energyPerformancePreference": 2,
+                },
+            }
+        }
+    },
+}
+
+
+def test01_basic_placement(tmp_path: Path) -> None:
+    s = Scenario(tmp_path, HELM_CONFIG)
+    s.create(namespace="kube-system", contcount=2)
+    c = s.cpus
+    assert c["pod0c0"] == c["pod0c1"] and len(c["pod0c0"]) == 1
+    s.create(contcount=2, annotations={ANN: "two-cpu"}, **GUARANTEED_100M)
+    c = s.cpus
+    assert c["pod1c0"] == c["pod1c1"] and len(c["pod1c0"]) == 2
+    s.create(annotations={ANN: "two-cpu"}, **GUARANTEED_100M)
+    c = s.cpus
+    assert len(c["pod2c0"]) == 2 and disjoint(c["pod2c0"], c["pod1c0"])
+    s.create(namespace="three", contcount=2, cpureq="1500m", cpulim="1500m", memreq="100M",
+             memlim="100M")  # fmt: skip
+    c = s.cpus
+    assert c["pod3c0"] == c["pod3c1"] and len(c["pod3c0"]) == 3
+    s.delete_all()
+
+    hide = "hide-hyperthreads.resource-policy.nri.io/container.pod4c1"
+    s.create(contcount=3, cpureq="3", cpulim="3", annotations={ANN: "four-cpu", hide: "true"})
+    c = s.cpus
+    assert c["pod4c1"].issubset(c["pod4c0"]) and disjoint(c["pod4c2"], c["pod4c0"])
+    assert (len(c["pod4c0"]), len(c["pod4c1"]), len(c["pod4c2"])) == (6, 3, 4)
+    s.delete_all()
+
+    s.create(contcount=3, cpureq="1250m", annotations={ANN: "five-cpu"})
+    c = s.cpus
+    assert disjoint(c["pod5c0"], c["pod5c1"], c["pod5c2"])
+    assert [len(c[f"pod5c{i}"]) for i in range(3)] == [2, 2, 2]
+    s.create(contcount=4, annotations={ANN: "five-cpu"})
+    c = s.cpus
+    pod6 = [c[f"pod6c{i}"] for i in range(4)]
+    pod5 = [c[f"pod5c{i}"] for i in range(3)]
+    assert {len(x) for x in pod6} == {1} and disjoint(*pod6)
+    assert disjoint(set().union(*pod6), set().union(*pod5))  # type: ignore[arg-type]
+    s.create(contcount=4, annotations={ANN: "five-cpu"})
+    c = s.cpus
+    pod7 = [c[f"pod7c{i}"] for i in range(4)]
+    assert {len(x) for x in pod7} == {1} and disjoint(*pod7)
+    assert max(len(x) for x in c.values()) == 2
+    assert disjoint(set().union(*pod7), set().union(*pod5))  # type: ignore[arg-type]
+
+
+def _cpu(*ids: int) -> CpuSet:
+    return CpuSet(ids)
+
+
+RESERVED_CFG = {
+    "reservedResources": {"cpu": "cpuset:0-2"},
+    "idleCPUClass": "idle-class",
+    "reservedPoolNamespaces": ["monitor-*", "*-log*"],
+    "balloonTypes": [
+        {"name": "reserved", "namespaces": ["my-exact-name"], "cpuClass": "reserved-class",
+         "minCPUs": 1},
+        {"name": "default", "minCPUs": 1},
+        {"name": "full-core", "minCPUs": 2, "maxCPUs": 2, "cpuClass": "turbo", "minBalloons": 2},
+    ],
+    "instrumentation": {"httpEndpoint": ":8891"},
+    "log": {"debug": ["policy"], "source": True, "klog": {"skip_headers": True}},
+}  # fmt: skip
+
+
+def test03_reserved(tmp_path: Path) -> None:
+    s = Scenario(tmp_path, RESERVED_CFG)
+    s.create(namespace="kube-system", **GUARANTEED_100M)
+    assert s.cpus["pod0c0"].issubset(_cpu(0, 1, 2))
+    s.create(namespace="monitor-mypods", contcount=2, cpureq="1", cpulim="1")
+    c = s.cpus
+    assert c["pod1c0"] == c["pod0c0"] and c["pod1c1"] == c["pod0c0"]
+    s.create(namespace="system-logs", cpureq="1", cpulim="1")
+    assert s.cpus["pod2c0"] == s.cpus["pod0c0"]
+    s.create(namespace="kube-system", cpureq="2", cpulim="2", annotations={ANN: "full-core"})
+    c = s.cpus
+    assert len(c["pod3c0"]) == 2 and disjoint(c["pod0c0"], c["pod3c0"])
+    s.create(cpureq="2500m", cpulim="2500m")
+    c = s.cpus
+    assert len(c["pod4c0"]) == 3 and disjoint(c["pod0c0"], c["pod3c0"], c["pod4c0"])
+    s.create(cpureq="2500m", cpulim="2500m", annotations={ANN: "reserved"})
+    c = s.cpus
+    assert _cpu(0, 1, 2).issubset(c["pod5c0"]) and len(c["pod5c0"]) > 4
+    assert disjoint(c["pod5c0"], c["pod3c0"], c["pod4c0"])
+    s.delete_all()
+    s.create(cpureq="999m", cpulim="999m")
+    assert len(s.cpus["pod6c0"]) == 1
+    s.create(namespace="kube-system", **GUARANTEED_100M)
+    assert s.cpus["pod7c0"].issubset(_cpu(0, 1, 2)) and len(s.cpus["pod7c0"]) < 3
+
+
+GROUPBY_CFG = {
+    "balloonTypes": [
+        {"name": "grouped-by-label", "groupBy": "${pod/namespace}-${pod/labels/balloon-instance}",
+         "minCPUs": 2, "minBalloons": 2, "preferNewBalloons": True},
+        {"name": "default", "groupBy": "ns=$pod/namespace", "preferNewBalloons": True},
+    ],
+    "instrumentation": {"httpEndpoint": ":8891", "prometheusExport": True},
+    "log": {"debug": ["policy"], "klog": {"skip_headers": True}},
+}  # fmt: skip
+
+
+def test04_groupby(tmp_path: Path) -> None:
+    s = Scenario(tmp_path, GROUPBY_CFG)
+    grouped = {ANN: "grouped-by-label"}
+    ns = "e2e-balloons-test04"
+    s.create(annotations=grouped, labels={"balloon-instance": "g1"})
+    s.create(annotations=grouped, labels={"balloon-instance": "g2"})
+    s.create(annotations=grouped, labels={"balloon-instance": "g1"})
+    s.create(annotations=grouped, labels={"balloon-instance": "g1"}, namespace=ns)
+    c = s.cpus
+    assert c["pod0c0"] == c["pod2c0"] and disjoint(c["pod0c0"], c["pod1c0"], c["pod3c0"])
+    s.create(namespace=ns, labels={"balloon-instance": "g1"})
+    s.create(labels={"balloon-instance": "g1"})
+    s.create(labels={"balloon-instance": "g1"})
+    s.create(namespace=ns, labels={"balloon-instance": "g1"})
+    c = s.cpus
+    assert c["pod4c0"] == c["pod7c0"] and c["pod5c0"] == c["pod6c0"]
+    assert disjoint(c["pod4c0"], c["pod5c0"])
+    groups = {tuple(sorted(set(b.groups.values()))) for b in s.policy.state.balloons}
+    # What upstream's metrics show as the balloons' groups label.
+    assert {("e2e-balloons-test04-g1",), ("default-g2",), ("default-g1",)} <= groups
+
+
+NAMESPACE_CFG = {
+    "reservedResources": {"cpu": "1"},
+    "pinCPU": True,
+    "pinMemory": True,
+    "balloonTypes": [
+        {"name": "nsballoon", "namespaces": ["*"], "minCPUs": 2, "maxCPUs": 4,
+         "preferPerNamespaceBalloon": True},
+    ],
+    "log": {"debug": ["policy"]},
+    "instrumentation": {"httpEndpoint": ":8891"},
+}  # fmt: skip
+
+
+def test05_namespace(tmp_path: Path) -> None:
+    s = Scenario(tmp_path, NAMESPACE_CFG)
+    g2 = {"cpureq": "2", "cpulim": "2", "memreq": "100M", "memlim": "100M"}
+    s.create(contcount=2)
+    c = s.cpus
+    assert c["pod0c0"] == c["pod0c1"] and len(c["pod0c0"]) == 2
+    s.create(namespace="e2e-a", contcount=2)
+    c = s.cpus
+    assert c["pod1c0"] == c["pod1c1"] and disjoint(c["pod0c0"], c["pod1c0"])
+    s.create(contcount=2, **g2)
+    c = s.cpus
+    assert c["pod2c0"] == c["pod2c1"] == c["pod0c0"] == c["pod0c1"]
+    assert len(c["pod2c0"]) == 4 and disjoint(c["pod2c0"], c["pod1c0"])
+    s.create(contcount=2, **GUARANTEED_100M)
+    c = s.cpus
+    assert c["pod3c0"] == c["pod3c1"] and len(c["pod3c0"]) == 2
+    assert disjoint(c["pod3c0"], c["pod2c0"], c["pod1c0"])
+    s.create(namespace="e2e-b", contcount=2, **g2)
+    c = s.cpus
+    assert c["pod4c0"] == c["pod4c1"] and len(c["pod4c0"]) == 4
+    assert disjoint(c["pod4c0"], c["pod3c0"], c["pod2c0"], c["pod1c0"])
+    s.create(namespace="e2e-c", contcount=2, **GUARANTEED_100M)
+    c = s.cpus
+    assert c["pod5c0"] == c["pod5c1"] and len(c["pod5c0"]) == 2
+    assert disjoint(c["pod5c0"], c["pod4c0"], c["pod3c0"], c["pod2c0"], c["pod1c0"])
+    s.create(namespace="e2e-d", contcount=2, **GUARANTEED_100M)
+    assert s.cpus["pod6c0"] == s.cpus["pod6c1"]
+    preserve = {
+        "cpu.preserve.resource-policy.nri.io/container.pod7c1": "true",
+        "memory.preserve.resource-policy.nri.io": "true",
+    }
+    s.create(namespace="e2e-d", contcount=3, annotations=preserve, **GUARANTEED_100M)
+    c = s.cpus
+    assert c["pod6c0"] == c["pod7c0"]
+    assert len(c["pod7c1"]) > len(c["pod7c0"]) and len(c["pod7c1"]) == 16
