@@ -117,9 +117,13 @@ class Scenario:
         return name
 
     def try_create(self, **kw: Any) -> BalloonsError | None:
+        """``create`` expected to fail; like upstream's subshell, the pod number is reused."""
+        number = self.next_pod
         try:
             self.create(**kw)
         except BalloonsError as e:
+            self.pods.pop(f"pod{number}", None)
+            self.next_pod = number
             return e
         return None
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.cpuset import CpuSet
 from tests.policies.balloons.scenario import Scenario, disjoint
 
@@ -247,3 +250,119 @@ def test05_namespace(tmp_path: Path) -> None:
     c = s.cpus
     assert c["pod6c0"] == c["pod7c0"]
     assert len(c["pod7c1"]) > len(c["pod7c0"]) and len(c["pod7c1"]) == 16
+
+
+def _maxballoons_cfg(second: dict[str, object]) -> dict[str, object]:
+    return {
+        "reservedResources": {"cpu": "1"},
+        "pinCPU": True,
+        "pinMemory": True,
+        "balloonTypes": [
+            {"name": "singleton", "minCPUs": 2, "maxCPUs": 2, "minBalloons": 1,
+             "maxBalloons": 1},
+            second,
+        ],
+        "log": {"debug": ["policy"]},
+        "instrumentation": {"httpEndpoint": ":8891"},
+    }  # fmt: skip
+
+
+def test07_maxballoons(tmp_path: Path) -> None:
+    dyn = {"name": "dynamictwo", "maxCPUs": 1, "maxBalloons": 2, "preferNewBalloons": True}
+    s = Scenario(tmp_path, _maxballoons_cfg(dyn))
+    single, two = {ANN: "singleton"}, {ANN: "dynamictwo"}
+    s.create(cpureq="1500m", cpulim="1500m", annotations=single)
+    assert len(s.cpus["pod0c0"]) == 2
+    s.create(cpureq="500m", cpulim="500m", annotations=single)
+    assert s.cpus["pod0c0"] == s.cpus["pod1c0"]
+    err = s.try_create(cpureq="100m", cpulim="100m", annotations=single)
+    assert err is not None and "no suitable balloon instance available" in str(err)
+    s.create(cpureq="800m", cpulim="800m", annotations=two)
+    assert len(s.cpus["pod2c0"]) == 1
+    s.create(cpureq="600m", cpulim="600m", annotations=two)
+    assert disjoint(s.cpus["pod2c0"], s.cpus["pod3c0"])
+    s.create(cpureq="300m", cpulim="300m", annotations=two)
+    assert s.cpus["pod4c0"] == s.cpus["pod3c0"]
+    err = s.try_create(cpureq="300m", cpulim="300m", annotations=two)
+    assert err is not None and "no suitable balloon instance available" in str(err)
+    s.delete_all()
+    impossible = {"name": "impossible", "minBalloons": 2, "maxBalloons": 1}
+    with pytest.raises(ConfigError, match="minBalloons"):
+        Scenario(tmp_path, _maxballoons_cfg(impossible))
+
+
+NUMA_CFG = {
+    "availableResources": {"cpu": "cpuset:0-15"},
+    "reservedResources": {"cpu": "1"},
+    "pinCPU": True,
+    "pinMemory": True,
+    "balloonTypes": [
+        {"name": "fit-in-numa", "namespaces": ["*"], "minCPUs": 0, "maxCPUs": 4,
+         "allocatorPriority": "high", "preferNewBalloons": False},
+    ],
+    "instrumentation": {"httpEndpoint": ":8891"},
+}  # fmt: skip
+
+
+def _same(c: dict[str, CpuSet], names: list[str], size: int) -> bool:
+    return all(c[n] == c[names[0]] and len(c[n]) == size for n in names)
+
+
+def test08_numa(tmp_path: Path) -> None:
+    s = Scenario(tmp_path, NUMA_CFG)
+    one = {"cpureq": "1", "cpulim": "1", "memreq": "50M", "memlim": "50M"}
+    s.create()
+    assert len(s.cpus["pod0c0"]) == 1
+    for n in range(1, 5):
+        s.create(**one)
+        size = max(1, n)
+        assert _same(s.cpus, [f"pod{i}c0" for i in range(n + 1)], size), (n, s.cpus)
+    s.create()
+    assert _same(s.cpus, [f"pod{i}c0" for i in range(6)], 4)
+    s.create(**one)
+    c = s.cpus
+    assert _same(c, [f"pod{i}c0" for i in range(6)], 4) and len(c["pod6c0"]) == 1
+    assert disjoint(c["pod0c0"], c["pod6c0"])
+    s.delete("pod1", "pod2", "pod3")
+    c = s.cpus
+    assert _same(c, ["pod0c0", "pod4c0", "pod5c0"], 1) and len(c["pod6c0"]) == 1
+    assert disjoint(c["pod0c0"], c["pod6c0"])
+    s.delete("pod4")
+    c = s.cpus
+    assert _same(c, ["pod0c0", "pod5c0"], 1) and len(c["pod6c0"]) == 1
+    assert disjoint(c["pod0c0"], c["pod6c0"])
+
+
+# test/e2e/policies.test-suite/balloons/match-config.yaml
+MATCH_CFG = {
+    "reservedResources": {"cpu": "750m"},
+    "pinCPU": True,
+    "pinMemory": True,
+    "idleCPUClass": "normal",
+    "allocatorTopologyBalancing": True,
+    "preserve": {
+        "matchExpressions": [
+            {"key": "name", "operator": "In", "values": ["pod1cX", "pod2c1", "pod2c2", "pod3cX"]}
+        ]
+    },
+    "balloonTypes": [
+        {"name": "special", "matchExpressions": [
+            {"key": "pod/labels/app.kubernetes.io/component", "operator": "Equals",
+             "values": ["precious"]}], "minCPUs": 2, "maxCPUs": 2},
+        {"name": "default", "namespaces": ["default"], "minCPUs": 1, "maxCPUs": 1,
+         "allocatorPriority": "normal"},
+    ],
+    "reservedPoolNamespaces": ["kube-system"],
+    "log": {"debug": ["policy", "expression"]},
+}  # fmt: skip
+
+
+def test11_match_expression(tmp_path: Path) -> None:
+    s = Scenario(tmp_path, MATCH_CFG)
+    s.create(labels={"app.kubernetes.io/component": "precious"})
+    assert len(s.cpus["pod0c0"]) == 2
+    s.create()
+    assert len(s.cpus["pod1c0"]) == 1
+    s.create(contcount=4)
+    c = s.cpus
+    assert [len(c[f"pod2c{i}"]) for i in range(4)] == [1, 16, 16, 1]
