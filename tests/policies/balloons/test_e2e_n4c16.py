@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.cpuset import CpuSet
 from tests.policies.balloons.scenario import Scenario, disjoint
+from tests.sysfs.fakesys import N4C16
 
 ANN = "balloon.balloons.resource-policy.nri.io"
 GUARANTEED_100M = {"cpureq": "100m", "cpulim": "100m", "memreq": "100M", "memlim": "100M"}
@@ -366,3 +368,89 @@ def test11_match_expression(tmp_path: Path) -> None:
     s.create(contcount=4)
     c = s.cpus
     assert [len(c[f"pod2c{i}"]) for i in range(4)] == [1, 16, 16, 1]
+
+
+ISOLATED_CFG = {
+    "reservedResources": {"cpu": "cpuset:0"},
+    "balloonTypes": [
+        {"name": "isolated-pods", "minCPUs": 0, "maxCPUs": 2, "cpuClass": "turbo",
+         "minBalloons": 2, "preferNewBalloons": True, "preferSpreadingPods": False},
+        {"name": "isolated-ctrs", "minCPUs": 1, "maxCPUs": 1, "cpuClass": "turbo",
+         "minBalloons": 2, "preferNewBalloons": True, "preferSpreadingPods": True},
+    ],
+    "instrumentation": {"httpEndpoint": ":8891", "prometheusExport": True},
+    "log": {"debug": ["policy"], "klog": {"skip_headers": True}},
+}  # fmt: skip
+
+
+def _instances(s: Scenario, type_name: str) -> set[str]:
+    """The balloon instances of a type (what upstream's metrics list as ``balloon=``)."""
+    return {b.name for b in s.policy.state.balloons if b.type.name == type_name}
+
+
+def test09_isolated(tmp_path: Path) -> None:
+    s = Scenario(tmp_path, ISOLATED_CFG)
+    pods_ann, ctrs_ann = {ANN: "isolated-pods"}, {ANN: "isolated-ctrs"}
+    assert _instances(s, "isolated-pods") == {"isolated-pods[0]", "isolated-pods[1]"}
+    s.create(contcount=2, annotations=pods_ann)
+    c = s.cpus
+    assert len(c["pod0c0"]) == 1 and c["pod0c0"] == c["pod0c1"]
+    s.create(contcount=2, annotations=pods_ann, cpureq="600m", cpulim="600m", memreq="100M",
+             memlim="100M")  # fmt: skip
+    c = s.cpus
+    assert len(c["pod1c0"]) == 2 and c["pod1c0"] == c["pod1c1"]
+    assert disjoint(c["pod0c0"], c["pod1c0"])
+    assert _instances(s, "isolated-pods") == {"isolated-pods[0]", "isolated-pods[1]"}
+    s.create(contcount=2, annotations=pods_ann, cpureq="100m", cpulim="200m")
+    c = s.cpus
+    assert len(c["pod2c0"]) == 1 and c["pod2c0"] == c["pod2c1"]
+    assert disjoint(c["pod0c0"], c["pod1c0"], c["pod2c0"])
+    assert len(_instances(s, "isolated-pods")) == 3
+    s.create(contcount=4, annotations=ctrs_ann)
+    c = s.cpus
+    assert [len(c[f"pod3c{i}"]) for i in range(4)] == [1, 1, 1, 1]
+    assert len(c["pod0c0"]) == 1 and len(c["pod1c0"]) == 2 and len(c["pod2c0"]) == 1
+    assert disjoint(c["pod0c0"], c["pod1c0"], c["pod2c0"], *(c[f"pod3c{i}"] for i in range(4)))
+    assert len(_instances(s, "isolated-pods")) == 3
+    assert _instances(s, "isolated-ctrs") == {f"isolated-ctrs[{i}]" for i in range(4)}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="upstream's isolcpus balloon (minCPUs 1, two BestEffort containers) holds both "
+    "isolated CPUs 0-1; the project's holds one (0): cause not established",
+)
+def test22_isolcpus(tmp_path: Path) -> None:
+    cfg = {
+        "balloonTypes": [
+            {"name": "isolcpus", "minCPUs": 1, "minBalloons": 1, "preferIsolCpus": True,
+             "namespaces": ["isolcpus"]},
+        ],
+        "log": {"debug": ["policy"], "klog": {"skip_headers": True}},
+    }  # fmt: skip
+    s = Scenario(tmp_path, cfg, layout=attrs.evolve(N4C16, isolated="0,1"))
+    s.create(contcount=2)
+    c = s.cpus
+    assert (c["pod0c0"] | c["pod0c1"]).isdisjoint(_cpu(0, 1))
+    s.create(contcount=2, namespace="isolcpus")
+    c = s.cpus
+    assert c["pod1c0"] == _cpu(0, 1) and c["pod1c1"] == _cpu(0, 1)
+
+
+def test23_available_cpus(tmp_path: Path) -> None:
+    cfg = {
+        "availableResources": {"cpu": "exclude-cpuset:0-1,4-5,8-9,12-13"},
+        "reservedResources": {"cpu": "exclude-cpuset:4-15"},
+        "idleCPUClass": "idle-class",
+        "reservedPoolNamespaces": ["reserved"],
+        "balloonTypes": [
+            {"name": "reserved", "cpuClass": "reserved-class", "minCPUs": 1, "maxCPUs": 2},
+        ],
+        "instrumentation": {"httpEndpoint": ":8891"},
+        "log": {"debug": ["policy"], "source": True, "klog": {"skip_headers": True}},
+    }
+    s = Scenario(tmp_path, cfg)
+    s.create(namespace="kube-system", cpureq="50m")
+    assert s.cpus["pod0c0"].issubset(_cpu(2, 3))
+    s.create(namespace="reserved", cpureq="50m")
+    assert s.cpus["pod1c0"].issubset(_cpu(2, 3))
