@@ -157,10 +157,12 @@ def test_min_balloons_created_by_priority(tmp_path: Path) -> None:
     high = BalloonType(name="high", min_balloons=2, min_cpus=2, allocator_priority="high")
     p = policy(tmp_path, low, high)
     got = balloons(p)
+    # As upstream: a reserved quantity is a low-priority balloon of that size, created after
+    # the high ones; balloons pack tightly (the fullest subtree that still fits first).
     assert {k: v for k, v in got.items() if k != "default[0]"} == {
-        "reserved[0]": "0",
-        "high[0]": "2-3",
-        "high[1]": "4-5",
+        "high[0]": "0-1",
+        "high[1]": "2-3",
+        "reserved[0]": "4",
         "low[0]": "8-11",
     }
 

@@ -106,7 +106,7 @@ def test_every_upstream_key_loads_and_the_unapplied_ones_are_said_once(
         assert sum(m.startswith(f"{key}: accepted, not applied by nri-resmgr") for m in said) == 1
     # Applied keys are never said to be unapplied; unset ones neither.
     assert not any(m.split(":")[0] in APPLIED for m in said)
-    assert not any(m.startswith("spec.balloonTypes[].allocatorTopologyBalancing") for m in said)
+    assert not any(m.startswith("spec.schedulingClasses[].nice:") for m in said)
     # exclude-cpuset: the reserved CPUs are the allowed ones minus the set.
     assert str(p.state.reserved) == "0"
 
@@ -241,3 +241,21 @@ def test_memory_preserve_keeps_mems(tmp_path: Path) -> None:
     other = guaranteed("o", 1000)
     adj2, _ = p.create_container(*other)
     assert adj2.cpuset_mems not in (None, "3")
+
+
+def test_prefer_close_to_a_pci_device_from_sysfs(tmp_path: Path) -> None:
+    dev = tmp_path / "sys/devices/pci0000:00/0000:00:1f.6"
+    dev.mkdir(parents=True)
+    (dev / "local_cpulist").write_text("8-11\n")
+    net = tmp_path / "sys/class/net/eth0"
+    net.mkdir(parents=True)
+    (net / "device").symlink_to(dev)
+    nic = BalloonType(
+        name="nic", namespaces=("nic",), prefer_close_to_devices=("/sys/class/net/eth0",)
+    )
+    rt = Runtime(_policy(tmp_path, nic))
+    near = rt.create(guaranteed("n", 2000, namespace="nic"))
+    other = rt.create(guaranteed("o", 2000))
+    assert CpuSet.parse(rt.cpus[near.id] or "").issubset(CpuSet.parse("8-11"))
+    # The others keep away from the CPUs a type prefers, while they can.
+    assert CpuSet.parse(rt.cpus[other.id] or "").isdisjoint(CpuSet.parse("8-11"))

@@ -454,3 +454,57 @@ def test23_available_cpus(tmp_path: Path) -> None:
     assert s.cpus["pod0c0"].issubset(_cpu(2, 3))
     s.create(namespace="reserved", cpureq="50m")
     assert s.cpus["pod1c0"].issubset(_cpu(2, 3))
+
+
+ALLOCATOR_CFG = {
+    "reservedResources": {"cpu": "1"},
+    "allocatorTopologyBalancing": True,
+    "preferSpreadOnPhysicalCores": True,
+    "balloonTypes": [
+        {"name": "policydefaults", "minCPUs": 2, "minBalloons": 2},
+        {"name": "topo1cores0", "minCPUs": 2, "minBalloons": 1,
+         "preferSpreadOnPhysicalCores": False},
+        {"name": "topo0cores1", "allocatorTopologyBalancing": False,
+         "preferSpreadOnPhysicalCores": True},
+        {"name": "topo0cores0", "allocatorTopologyBalancing": False,
+         "preferSpreadOnPhysicalCores": False},
+        {"name": "topo1cores1", "allocatorTopologyBalancing": True,
+         "preferSpreadOnPhysicalCores": True},
+        {"name": "device-node2", "preferNewBalloons": True, "preferSpreadOnPhysicalCores": True,
+         "preferCloseToDevices": ["/sys/devices/system/node/node2"]},
+    ],
+    "instrumentation": {"httpEndpoint": ":8891", "prometheusExport": True},
+    "log": {"debug": ["policy"], "klog": {"skip_headers": True}},
+}  # fmt: skip
+
+
+def test10_allocator_opts(tmp_path: Path) -> None:
+    s = Scenario(tmp_path, ALLOCATOR_CFG)
+    system = s.policy.system
+
+    def cores(name: str) -> set[int]:
+        return {min(system.cpus[c].threads) for c in s.cpus[name]}
+
+    def nodes(name: str) -> set[int]:
+        return {system.cpus[c].node for c in s.cpus[name]}
+
+    g1 = {"cpureq": "1", "cpulim": "1", "memreq": "100M", "memlim": "100M"}
+    s.create(annotations={ANN: "policydefaults"}, **GUARANTEED_100M)
+    assert len(cores("pod0c0")) == 2 and len(s.cpus["pod0c0"]) == 2 and 2 not in nodes("pod0c0")
+    s.create(annotations={ANN: "topo1cores0"}, **GUARANTEED_100M)
+    assert len(cores("pod1c0")) == 1 and len(s.cpus["pod1c0"]) == 2 and 2 not in nodes("pod1c0")
+    s.create(annotations={ANN: "topo1cores1"}, contcount=2, **g1)
+    c = s.cpus
+    assert len(cores("pod2c0")) == 2 and len(c["pod2c0"]) == 2 and c["pod2c0"] == c["pod2c1"]
+    assert 2 not in nodes("pod2c0")
+    s.delete("pod0", "pod1", "pod2")
+    s.create(annotations={ANN: "topo0cores0"}, contcount=2, **g1)
+    c = s.cpus
+    assert len(cores("pod3c0")) == 1 and len(c["pod3c0"]) == 2 and c["pod3c0"] == c["pod3c1"]
+    assert 2 not in nodes("pod3c0")
+    s.create(annotations={ANN: "device-node2"}, cpureq="3", cpulim="6", memreq="100M",
+             memlim="100M")  # fmt: skip
+    assert nodes("pod4c0") == {2} and len(cores("pod4c0")) == 2 and len(s.cpus["pod4c0"]) == 3
+    s.create(annotations={ANN: "device-node2"}, cpureq="2", cpulim="6", memreq="100M",
+             memlim="100M")  # fmt: skip
+    assert 2 not in nodes("pod5c0") and len(cores("pod5c0")) == 2 and len(s.cpus["pod5c0"]) == 2

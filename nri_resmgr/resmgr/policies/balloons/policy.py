@@ -17,6 +17,7 @@ from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
+from nri_resmgr.resmgr.policies.balloons.devices import close_cpus
 from nri_resmgr.resmgr.policies.balloons.keys import NOT_APPLIED
 from nri_resmgr.resmgr.policies.balloons.restore import Live, rebuild
 from nri_resmgr.resmgr.policies.balloons.state import Balloon, Balloons
@@ -73,16 +74,22 @@ class BalloonsPolicy(HardwarePolicy):
         report(spec, NOT_APPLIED)
         allowed = allowed_cpus(self.system, spec.available_resources)
         reserved = reserved_cpus(self.system, spec.reserved_resources, allowed)
+        types, reserved = _reserved_type(spec, types, reserved)
         matcher = Matcher(tuple(types), spec.reserved_pool_namespaces)
-        return Balloons(self.system, spec, allowed, reserved), matcher
+        devices = {}
+        for d in {d for t in types for d in t.prefer_close_to_devices}:
+            cpus = close_cpus(self.system, self.env.host_root, d)
+            if cpus is not None:
+                devices[d] = cpus
+        state = Balloons(self.system, spec, allowed, reserved, devices, tuple(types))
+        return state, matcher
 
     def _create_min_balloons(self, state: Balloons) -> None:
-        reserved_type = self.matcher.by_name(RESERVED)
-        assert reserved_type is not None
-        if not state.of_type(reserved_type):
-            taken = CpuSet.union_all(b.cpus for b in state.balloons)
-            state.create(reserved_type, cpus=state.reserved - taken)
         for t in creation_order(list(self.matcher.types)):
+            if t.name == RESERVED and state.reserved and not state.of_type(t):
+                # A reserved cpuset: the reserved balloon starts as those CPUs.
+                taken = CpuSet.union_all(b.cpus for b in state.balloons)
+                state.create(t, cpus=state.reserved - taken)
             while len(state.of_type(t)) < max(t.min_balloons, 1 if t.name == DEFAULT else 0):
                 if state.create(t, count=t.min_cpus) is None:
                     raise ConfigError(
@@ -235,6 +242,32 @@ class BalloonsPolicy(HardwarePolicy):
     def remove_container(self, pod: Pod, container: Container) -> list[Update]:
         self.containers.pop(container.id, None)
         return self.stop_container(pod, container)
+
+
+def _reserved_type(
+    spec: BalloonsSpec, types: list[BalloonType], reserved: CpuSet
+) -> tuple[list[BalloonType], CpuSet]:
+    """The reserved type as upstream completes it. A reserved cpuset is the reserved
+    balloon's start (and its minCPUs unless set); a quantity is only its minCPUs, the
+    CPUs are chosen like any balloon's (then no CPU is reserved as such)."""
+    text = (spec.reserved_resources.cpu or "").strip()
+    is_set = text.startswith(("cpuset:", "exclude-cpuset:"))
+    out = []
+    for t in types:
+        if t.name == RESERVED:
+            if is_set:
+                t = attrs.evolve(
+                    t, allocator_priority="normal", min_cpus=t.min_cpus or len(reserved)
+                )
+            elif t.min_cpus and t.min_cpus != len(reserved):
+                raise ConfigError(
+                    f"spec.balloonTypes: reserved minCPUs {t.min_cpus} does not match "
+                    f"reservedResources.cpu {text!r}"
+                )
+            else:
+                t = attrs.evolve(t, min_cpus=len(reserved))
+        out.append(t)
+    return out, (reserved if is_set else CpuSet())
 
 
 def _hide_hyperthreads(pod: Pod, c: Container, t: BalloonType) -> bool:

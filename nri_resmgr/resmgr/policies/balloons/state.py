@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
 from nri_resmgr.config.models import BalloonsSpec, BalloonType
 from nri_resmgr.resmgr.cache import Allocation, AllocationCache
-from nri_resmgr.resmgr.cpualloc import pick_cpus, release_order
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Update
+from nri_resmgr.resmgr.policies.balloons import cputree
 from nri_resmgr.sysfs import System
 
 log = logging.getLogger(__name__)
@@ -57,13 +57,22 @@ def target_cpus(t: BalloonType, requested: int, has_members: bool) -> int:
 
 class Balloons:
     def __init__(
-        self, system: System, spec: BalloonsSpec, allowed: CpuSet, reserved: CpuSet
+        self,
+        system: System,
+        spec: BalloonsSpec,
+        allowed: CpuSet,
+        reserved: CpuSet,
+        devices: Mapping[str, CpuSet] | None = None,
+        types: Sequence[BalloonType] = (),
     ) -> None:
         self.system = system
         self.spec = spec
         self.allowed = allowed
         self.reserved = reserved
         self.isolated = system.isolated & allowed
+        self.types = tuple(types)
+        self.devices = dict(devices or {})
+        """preferCloseToDevices path -> the CPUs close to it (unreadable ones left out)."""
         self.balloons: list[Balloon] = []
         self.members = AllocationCache()
         self.no_ht: set[str] = set()
@@ -76,30 +85,46 @@ class Balloons:
     def free(self) -> CpuSet:
         return self.allowed - CpuSet.union_all(b.cpus for b in self.balloons)
 
-    def _pick(self, t: BalloonType, near: CpuSet, count: int) -> CpuSet | None:
-        free = self.free()
-        if count > len(free):
-            return None
-        # Isolated CPUs go to types that ask for them, and to others only as a last resort.
-        preferred = free & self.isolated if t.prefer_isol_cpus else free - self.isolated
-        pools = self._nearby(near, preferred) + self._nearby(near, free)
-        if t.name == "reserved":
-            # The reserved balloon grows into the reserved CPUs first (upstream prefers
-            # them as if they were a device the balloon is close to).
-            pools = [free & self.reserved, *pools]
-        for pool in pools:
-            if len(pool) >= count:
-                return pick_cpus(self.system, pool, count)
-        return None
-
-    def _nearby(self, near: CpuSet, free: CpuSet) -> list[CpuSet]:
-        if not near:
-            return [free]
-        nodes = CpuSet.union_all(self.system.nodes[n].cpus for n in self.system.nodes_of(near))
-        packages = CpuSet.union_all(
-            self.system.package_cpus(p) for p in {self.system.cpus[c].package for c in near}
+    def options(self, t: BalloonType) -> cputree.Options:
+        """How CPUs are chosen for balloons of ``t``: the type's allocator settings over the
+        policy's, and the CPUs it prefers (its devices, reserved or isolated CPUs)."""
+        spec = self.spec
+        balancing = t.allocator_topology_balancing
+        spread = t.prefer_spread_on_physical_cores
+        close = self._close_to(t)
+        names = {name for name, _ in close}
+        # What some type prefers, the others avoid (when they can).
+        far = [
+            (name, self.allowed - cpus)
+            for name, cpus in self._preferred_by_any()
+            if name not in names
+        ]
+        return cputree.Options(
+            balancing=spec.allocator_topology_balancing if balancing is None else balancing,
+            spread=spec.prefer_spread_on_physical_cores if spread is None else spread,
+            close_to=tuple((cpus,) for _, cpus in close + far),
         )
-        return [free & nodes, free & packages, free]
+
+    def _close_to(self, t: BalloonType) -> list[tuple[str, CpuSet]]:
+        close = []
+        if t.name == "reserved" and self.reserved:
+            close.append(("reserved CPUs", self.reserved))
+        close += [(d, self.devices[d]) for d in t.prefer_close_to_devices if d in self.devices]
+        if t.prefer_isol_cpus and self.isolated:
+            close.append(("isolated CPUs", self.isolated))
+        return close
+
+    def _preferred_by_any(self) -> list[tuple[str, CpuSet]]:
+        """Isolated CPUs first, then every preferred device in the order types name them."""
+        out = [("isolated CPUs", self.isolated)] if self.isolated else []
+        for t in self.types:
+            for entry in self._close_to(t):
+                if entry[0] not in {name for name, _ in out}:
+                    out.append(entry)
+        return out
+
+    def _pick(self, t: BalloonType, near: CpuSet, count: int) -> CpuSet | None:
+        return cputree.grow(self.system, near, self.free(), count, self.options(t))
 
     def resize(self, b: Balloon, count: int) -> bool:
         """Grow or shrink ``b`` to ``count`` CPUs; False if there are not enough free CPUs."""
@@ -112,9 +137,10 @@ class Balloons:
         elif count < have:
             # The reserved balloon gives back other CPUs before the reserved ones.
             last = self.reserved if b.type.name == "reserved" else CpuSet()
+            opts = self.options(b.type)
             for giveable in (b.cpus - last, b.cpus & last):
                 n = min(len(b.cpus) - count, len(giveable))
-                b.cpus = b.cpus - release_order(self.system, giveable, n)
+                b.cpus = b.cpus - cputree.shrink(self.system, giveable, self.free(), n, opts)
         return True
 
     def fit(self, b: Balloon) -> None:

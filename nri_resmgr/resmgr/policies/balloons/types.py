@@ -42,9 +42,13 @@ def balloon_types(spec: BalloonsSpec) -> list[BalloonType]:
     ]
     names = {t.name for t in types}
     if RESERVED not in names:
-        types.insert(0, BalloonType(name=RESERVED, min_balloons=1, max_balloons=1))
+        types.insert(
+            0, BalloonType(name=RESERVED, min_balloons=1, max_balloons=1, allocator_priority="low")
+        )
     if DEFAULT not in names:
-        types.append(BalloonType(name=DEFAULT, min_balloons=1, max_balloons=1))
+        types.append(
+            BalloonType(name=DEFAULT, min_balloons=1, max_balloons=1, allocator_priority="low")
+        )
     return types
 
 

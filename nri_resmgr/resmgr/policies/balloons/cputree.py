@@ -1,0 +1,149 @@
+"""Choosing which CPUs a balloon grows into or gives back, the way nri-plugins' balloons
+CPU tree does: a tree system → package → die → NUMA node → core → thread, where the
+deepest subtree that can satisfy the whole change wins, ties broken first by how many of
+the balloon's CPUs each level holds (stay close to what it has), then by the free CPUs at
+each level: fewest first when packing, most first when balancing the topology
+(``allocatorTopologyBalancing``). ``preferSpreadOnPhysicalCores`` splits every NUMA node
+by thread index, so that a balloon takes one thread of each core before a second one.
+Preferred devices (``preferCloseToDevices``) narrow the free CPUs first, when they can.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import attrs
+
+from nri_resmgr.resmgr.cpualloc import pick_cpus, release_order
+from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.sysfs import System
+
+
+@attrs.frozen
+class Options:
+    balancing: bool = False
+    spread: bool = False
+    close_to: tuple[tuple[CpuSet, ...], ...] = ()
+    """Per preferred device, the CPU sets close to it, most important device first."""
+
+
+def _path(system: System, cpu: int, spread: bool) -> tuple[str, ...]:
+    """Names of the tree nodes from the root to ``cpu`` (the names order equal subtrees)."""
+    c = system.cpus[cpu]
+    numa = f"p{c.package}d{c.die}n{c.node}"
+    threads = sorted(c.threads)
+    core = f"{numa}cpu{threads[0]}"
+    levels = [f"p{c.package}", f"p{c.package}d{c.die}", numa]
+    if spread:
+        levels.append(f"{numa}class{threads.index(cpu)}")
+    return ("system", *levels, core, f"{core}t{cpu}")
+
+
+@attrs.frozen
+class _Node:
+    depth: int
+    cpus: CpuSet
+    current: tuple[int, ...]
+    free: tuple[int, ...]
+    name: str
+
+
+def _nodes(system: System, current: CpuSet, free: CpuSet, spread: bool) -> list[_Node]:
+    members: dict[tuple[str, ...], set[int]] = defaultdict(set)
+    for cpu in current | free:
+        path = _path(system, cpu, spread)
+        for depth in range(len(path)):
+            members[path[: depth + 1]].add(cpu)
+    nodes = []
+    for prefix in members:
+        counts = [CpuSet(members[prefix[: d + 1]]) for d in range(len(prefix))]
+        nodes.append(
+            _Node(
+                depth=len(prefix) - 1,
+                cpus=counts[-1],
+                current=tuple(len(s & current) for s in counts),
+                free=tuple(len(s & free) for s in counts),
+                name=prefix[-1],
+            )
+        )
+    return nodes
+
+
+def _best_local(
+    system: System, current: CpuSet, free: CpuSet, delta: int, o: Options
+) -> CpuSet | None:
+    """The CPUs of the best subtree to add ``delta`` CPUs from (delta > 0) or to remove
+    ``-delta`` from (delta < 0); None if no subtree can."""
+    nodes = _nodes(system, current, free, o.spread)
+    if delta > 0:
+        fitting = [n for n in nodes if len(n.cpus & free) >= delta]
+        if not fitting:
+            return None
+        sign = -1 if o.balancing else 1
+
+        def rank(n: _Node) -> tuple[int, tuple[int, ...], tuple[int, ...], str]:
+            return (-n.depth, tuple(-x for x in n.current), tuple(sign * x for x in n.free), n.name)
+
+        best = min(fitting, key=rank)
+        return best.cpus & free
+    fitting = [n for n in nodes if len(n.cpus & current) >= -delta]
+    if not fitting:
+        return None
+    best = min(
+        fitting,
+        key=lambda n: (-n.depth, n.current, n.free, _Desc(n.name)),
+    )
+    return best.cpus & current
+
+
+class _Desc(str):
+    """A name that sorts in reverse (release prefers the last equal subtree)."""
+
+    def __lt__(self, other: str) -> bool:
+        return str.__gt__(self, other)
+
+
+def _hinted(free: CpuSet, delta: int, close_to: Sequence[Sequence[CpuSet]]) -> CpuSet:
+    """The free CPUs narrowed by every device hint that still leaves ``delta`` of them."""
+    remaining = free
+    for hints in close_to:
+        for cpus in hints:
+            narrowed = remaining & cpus
+            if len(narrowed) >= delta:
+                remaining = narrowed
+    return remaining
+
+
+def grow(system: System, current: CpuSet, free: CpuSet, count: int, o: Options) -> CpuSet | None:
+    """``count`` CPUs out of ``free`` for a balloon that has ``current``; None if short."""
+    if count <= 0:
+        return CpuSet()
+    if count > len(free):
+        return None
+    if count == len(free):
+        return free
+    free = _hinted(free, count, o.close_to)
+    candidates = _best_local(system, current, free, count, o)
+    if candidates is None:
+        return None
+    if o.spread and len(candidates) > count:
+        # Equally good subtrees are not equally good threads: add one CPU at a time.
+        taken = CpuSet()
+        for _ in range(count):
+            one = _best_local(system, current | taken, free - taken, 1, o)
+            if one is None:
+                return None
+            taken = taken | pick_cpus(system, one, 1)
+        return taken
+    return pick_cpus(system, candidates, count)
+
+
+def shrink(system: System, current: CpuSet, free: CpuSet, count: int, o: Options) -> CpuSet:
+    """Which ``count`` of ``current`` to give back, one CPU at a time."""
+    released = CpuSet()
+    for _ in range(min(count, len(current))):
+        held = current - released
+        from_here = _best_local(system, held, free | released, -1, o) or held
+        released = released | release_order(system, from_here, 1)
+    return released
