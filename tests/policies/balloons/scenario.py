@@ -16,6 +16,7 @@ from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.resmgr.policies.balloons.types import BalloonsError
+from nri_resmgr.resmgr.policy import PolicyEnv
 from tests.policies.workload import Runtime, container, pod, start
 from tests.sysfs.fakesys import N4C16, Layout
 
@@ -72,10 +73,20 @@ def milli(q: str) -> int:
 class Scenario:
     """One e2e test: ``create`` numbers pods pod0, pod1… as the e2e framework does."""
 
-    def __init__(self, tmp_path: Path, config: Mapping[str, Any], layout: Layout = N4C16) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        config: Mapping[str, Any],
+        layout: Layout = N4C16,
+        write: bool = True,
+    ) -> None:
+        """``write=False``: the test wrote its own sysfs under ``tmp_path``."""
         spec = structure_spec(helm_merge(CHART_DEFAULTS, config), "BalloonsPolicy")
         self.policy = BalloonsPolicy()
-        start(self.policy, tmp_path, layout, spec)
+        if write:
+            start(self.policy, tmp_path, layout, spec)
+        else:
+            self.policy.setup(spec, PolicyEnv(host_root=str(tmp_path)))
         self.runtime = Runtime(self.policy)
         self.online = CpuSet(range(layout.cpu_count))
         self.next_pod = 0
@@ -115,6 +126,15 @@ class Scenario:
             self.runtime.create((p, c))
             made.append(c)
         return name
+
+    def reconfigure(self, spec: Mapping[str, Any]) -> None:
+        """A new configuration as a whole (a new CR, not merged with the chart's values)."""
+        self.runtime.apply(self.policy.reconfigure(structure_spec(spec, "BalloonsPolicy")))
+
+    def balloon_of(self, name: str) -> str:
+        a = self.policy.state.members.get(self.by_name[name].id)
+        assert a is not None, name
+        return a.pool
 
     def try_create(self, **kw: Any) -> BalloonsError | None:
         """``create`` expected to fail; like upstream's subshell, the pod number is reused."""

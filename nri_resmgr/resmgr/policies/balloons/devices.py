@@ -1,7 +1,7 @@
 """CPUs close to a device named by its sysfs path (``preferCloseToDevices``), read under
 the host root: a NUMA node's CPUs for ``/sys/devices/system/node/nodeN``, else the device's
-``local_cpulist`` (PCI devices), following ``device`` links (``/sys/class/net/eth0``), else
-the CPUs of its ``numa_node``."""
+``local_cpulist`` (PCI devices) or ``shared_cpu_list`` (CPU caches), following ``device``
+links (``/sys/class/net/eth0``), else the CPUs of its ``numa_node``."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def close_cpus(system: System, host_root: str, device: str) -> CpuSet | None:
         return node.cpus
     path = Path(host_root or "/") / device.lstrip("/")
     for d in (path, path / "device"):
-        cpus = _read_cpulist(d / "local_cpulist")
+        # local_cpulist: a PCI device; shared_cpu_list: a CPU cache (cpuN/cache/indexM).
+        cpus = _read_cpulist(d / "local_cpulist") or _read_cpulist(d / "shared_cpu_list")
         if cpus is not None:
             return cpus & system.online
         nid = _read_int(d / "numa_node")

@@ -107,7 +107,12 @@ class BalloonsPolicy(HardwarePolicy):
         for a in self.state.members:
             pod, c = self.pods.get(a.pod_id), self.containers.get(a.container_id)
             if pod is not None and c is not None:
-                lives.append(self._live(matcher, pod, c, a.cpus, a.mems))
+                live = self._live(matcher, pod, c, a.cpus, a.mems, running=True)
+                if live.type.name != a.pool.rsplit("[", 1)[0]:
+                    # Its type changed: placed afresh (as upstream re-allocates), rather
+                    # than kept on its CPUs in a new instance of the new type.
+                    live = attrs.evolve(live, cpus=None, mems=None)
+                lives.append(live)
         old = self._state, self._matcher
         self._state, self._matcher = state, matcher
         try:
@@ -129,7 +134,7 @@ class BalloonsPolicy(HardwarePolicy):
             self.containers[c.id] = c
             res = c.resources or Resources()
             cpus, mems = reported_cpuset(res.cpuset_cpus, c), reported_cpuset(res.cpuset_mems, c)
-            lives.append(self._live(self.matcher, pod, c, cpus, mems))
+            lives.append(self._live(self.matcher, pod, c, cpus, mems, running=True))
         # Start from empty balloons: the running containers say where the balloons are.
         self._state, _ = self._build(self.state.spec)
         updates = self._restore(lives)
@@ -156,10 +161,16 @@ class BalloonsPolicy(HardwarePolicy):
         return state.refresh()
 
     def _live(
-        self, matcher: Matcher, pod: Pod, c: Container, cpus: CpuSet | None, mems: CpuSet | None
+        self,
+        matcher: Matcher,
+        pod: Pod,
+        c: Container,
+        cpus: CpuSet | None,
+        mems: CpuSet | None,
+        running: bool = False,
     ) -> Live:
         request = container_request(pod, c).cpu_request
-        if cpus is None and mems is None:
+        if not running:
             return Live(pod, c, matcher.type_for(pod, c), request, cpus, mems)
         try:
             t = matcher.type_for(pod, c)

@@ -1,0 +1,106 @@
+"""More of nri-plugins' balloons e2e scenarios on n4c16: reconfiguration (test06) and a
+kernel without NUMA (test30)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from nri_resmgr.resmgr.cpuset import CpuSet
+from tests.policies.balloons.scenario import Scenario, disjoint
+from tests.sysfs.fakesys import N4C16, write_sysfs
+
+ANN = "balloon.balloons.resource-policy.nri.io"
+G1 = {"cpureq": "1", "cpulim": "1", "memreq": "100M", "memlim": "100M"}
+
+
+def _btypes_cr(skip: set[int] = frozenset(), **values: Any) -> dict[str, Any]:  # type: ignore[assignment]
+    """test/e2e/policies.test-suite/balloons/balloons-config.yaml.in with its defaults."""
+    v = {"AVAILABLE_CPU": "cpuset:0-15", "BTYPE1_MAXCPUS": 1, "BTYPE2_NAMESPACE0": "btype2ns0",
+         "BTYPE0_CPUCLASS": "classA", "BTYPE2_CPUCLASS": "classC", **values}  # fmt: skip
+    types = [
+        {"name": "btype0", "minCPUs": 2, "maxCPUs": 2, "allocatorPriority": "high",
+         "cpuClass": v["BTYPE0_CPUCLASS"], "preferNewBalloons": True,
+         "preferSpreadingPods": False},
+        {"name": "btype1", "namespaces": ["btype1ns0"], "minCPUs": 1,
+         "maxCPUs": v["BTYPE1_MAXCPUS"], "allocatorPriority": "normal", "cpuClass": "classB",
+         "preferNewBalloons": False, "preferSpreadingPods": True},
+        {"name": "btype2", "namespaces": [v["BTYPE2_NAMESPACE0"], "btype2ns1"], "minCPUs": 4,
+         "maxCPUs": 8, "minBalloons": 1, "allocatorPriority": "low",
+         "cpuClass": v["BTYPE2_CPUCLASS"], "preferNewBalloons": False,
+         "preferSpreadingPods": False},
+    ]  # fmt: skip
+    return {
+        "availableResources": {"cpu": v["AVAILABLE_CPU"]},
+        "reservedResources": {"cpu": "1000m"},
+        "pinCPU": True,
+        "pinMemory": True,
+        "balloonTypes": [t for i, t in enumerate(types) if i not in skip],
+        "instrumentation": {"httpEndpoint": ":8891", "prometheusExport": True},
+        "log": {"debug": ["policy"]},
+        "cpuClasses": [
+            {"name": "default", "minFreq": "800MHz", "maxFreq": "2.8GHz"},
+            {"name": "classA", "minFreq": "900MHz", "maxFreq": "2.9GHz"},
+            {"name": "classB", "minFreq": "1GHz", "maxFreq": "3GHz"},
+            {"name": "classC", "minFreq": "1.1GHz", "maxFreq": "3.1GHz"},
+        ],
+    }
+
+
+def test06_update_config(tmp_path: Path) -> None:
+    initial = {
+        "reservedResources": {"cpu": "750m"},
+        "pinCPU": True,
+        "pinMemory": True,
+        "log": {"debug": ["resource-manager", "cache", "policy"], "source": True,
+                "klog": {"skip_headers": True}},
+    }  # fmt: skip
+    s = Scenario(tmp_path, initial)
+    s.reconfigure(
+        _btypes_cr(AVAILABLE_CPU="cpuset:0,4-15", BTYPE2_NAMESPACE0="*", BTYPE1_MAXCPUS=0)
+    )
+    s.create(annotations={ANN: "btype0"}, **G1)
+    s.create(namespace="btype1ns0", **G1)
+    s.create(namespace="e2e-balloons-test06", **G1)
+    # Upstream reads these from the balloons metrics (balloon=…, containers=…).
+    assert [s.balloon_of(f"pod{i}c0") for i in range(3)] == ["btype0[0]", "btype1[0]", "btype2[0]"]
+    s.reconfigure(_btypes_cr(skip={0, 1}, BTYPE2_NAMESPACE0="*"))
+    assert s.balloon_of("pod1c0") == s.balloon_of("pod2c0") == "btype2[0]"
+    s.reconfigure(_btypes_cr(skip={1}, BTYPE2_NAMESPACE0="*"))
+    assert [s.balloon_of(f"pod{i}c0") for i in range(3)] == ["btype0[0]", "btype2[0]", "btype2[0]"]
+    # The cpu_class labels upstream checks here: cpuClasses are accepted, not applied.
+    s.reconfigure(
+        _btypes_cr(skip={1}, BTYPE2_NAMESPACE0="*", BTYPE0_CPUCLASS="classC",
+                   BTYPE2_CPUCLASS="classB")
+    )  # fmt: skip
+    assert [s.balloon_of(f"pod{i}c0") for i in range(3)] == ["btype0[0]", "btype2[0]", "btype2[0]"]
+
+
+def test30_numa_disabled(tmp_path: Path) -> None:
+    # A kernel without NUMA: no /sys/devices/system/node; cpu7's L2 cache is its core's.
+    write_sysfs(tmp_path, N4C16)
+    shutil.rmtree(tmp_path / "sys/devices/system/node")
+    index2 = tmp_path / "sys/devices/system/cpu/cpu7/cache/index2"
+    index2.mkdir(parents=True)
+    (index2 / "shared_cpu_list").write_text("6-7\n")
+    cfg = {
+        "agent": {"nodeResourceTopology": True},
+        "balloonTypes": [
+            {"name": "single-thread-own-core", "minCPUs": 2, "maxCPUs": 2, "minBalloons": 1,
+             "preferCloseToDevices": ["/sys/devices/system/cpu/cpu7/cache/index2"]},
+            {"name": "default", "allocatorTopologyBalancing": True, "preferSpreadingPods": True,
+             "minCPUs": 5, "minBalloons": 2, "showContainersInNrt": True},
+        ],
+        "log": {"debug": ["policy"], "klog": {"skip_headers": True}},
+    }  # fmt: skip
+    s = Scenario(tmp_path, cfg, write=False)
+    ann = {ANN: "single-thread-own-core", "hide-hyperthreads.resource-policy.nri.io": "true"}
+    s.create(contcount=2, annotations=ann)
+    c = s.cpus
+    both = c["pod0c0"] | c["pod0c1"]
+    assert len(both) == 1 and len(both & CpuSet([6, 7])) == 1
+    s.create(contcount=2)
+    c = s.cpus
+    assert c["pod1c0"].isdisjoint(CpuSet([6, 7])) and c["pod1c1"].isdisjoint(CpuSet([6, 7]))
+    assert len(c["pod1c0"]) == len(c["pod1c1"]) == 5 and disjoint(c["pod1c0"], c["pod1c1"])
