@@ -127,6 +127,16 @@ class Scenario:
             made.append(c)
         return name
 
+    def control_plane(self) -> None:
+        """The kubeadm control-plane pods the e2e VM runs in kube-system (kubeadm's default
+        CPU requests: apiserver 250m, controller-manager 200m, scheduler 100m, etcd 100m,
+        two coredns 100m): they are in the reserved balloon before any test pod."""
+        for name, milli in (("kube-apiserver", 250), ("kube-controller-manager", 200),
+                            ("kube-scheduler", 100), ("etcd", 100), ("coredns-a", 100),
+                            ("coredns-b", 100)):  # fmt: skip
+            p = pod(name, "burstable", "kube-system")
+            self.runtime.create((p, container(p, name, milli, None)))
+
     def reconfigure(self, spec: Mapping[str, Any]) -> None:
         """A new configuration as a whole (a new CR, not merged with the chart's values)."""
         self.runtime.apply(self.policy.reconfigure(structure_spec(spec, "BalloonsPolicy")))

@@ -11,7 +11,7 @@ Preferred devices (``preferCloseToDevices``) narrow the free CPUs first, when th
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -21,22 +21,43 @@ from nri_resmgr.sysfs import System
 
 
 @attrs.frozen
+class Load:
+    """CPUs loaded at ``level`` ("core" or "l2cache") by balloons with this load, to avoid;
+    ``dynamic``: the balloon's own new CPUs load it too (overloadsLevelInBalloon)."""
+
+    level: str
+    cpus: CpuSet
+    dynamic: bool = False
+
+
+@attrs.frozen
 class Options:
     balancing: bool = False
     spread: bool = False
     close_to: tuple[tuple[CpuSet, ...], ...] = ()
     """Per preferred device, the CPU sets close to it, most important device first."""
+    loads: tuple[Load, ...] = ()
+    l2: Mapping[int, CpuSet] = attrs.field(factory=dict)
+    """CPU -> the CPUs sharing its L2 cache (empty: the core)."""
 
 
-def _path(system: System, cpu: int, spread: bool) -> tuple[str, ...]:
+def domain(system: System, o: Options, level: str, cpus: CpuSet) -> CpuSet:
+    """Every CPU sharing a core (or an L2 cache) with one of ``cpus``."""
+    if level == "core":
+        return CpuSet.union_all(system.core_of(c) for c in cpus)
+    return CpuSet.union_all(o.l2.get(c, system.core_of(c)) for c in cpus)
+
+
+def _path(system: System, cpu: int, o: Options) -> tuple[str, ...]:
     """Names of the tree nodes from the root to ``cpu`` (the names order equal subtrees)."""
     c = system.cpus[cpu]
     numa = f"p{c.package}d{c.die}n{c.node}"
     threads = sorted(c.threads)
     core = f"{numa}cpu{threads[0]}"
     levels = [f"p{c.package}", f"p{c.package}d{c.die}", numa]
-    if spread:
+    if o.spread:
         levels.append(f"{numa}class{threads.index(cpu)}")
+    levels.append(f"{numa}${min(o.l2.get(cpu, c.threads))}")
     return ("system", *levels, core, f"{core}t{cpu}")
 
 
@@ -49,10 +70,10 @@ class _Node:
     name: str
 
 
-def _nodes(system: System, current: CpuSet, free: CpuSet, spread: bool) -> list[_Node]:
+def _nodes(system: System, current: CpuSet, free: CpuSet, o: Options) -> list[_Node]:
     members: dict[tuple[str, ...], set[int]] = defaultdict(set)
     for cpu in current | free:
-        path = _path(system, cpu, spread)
+        path = _path(system, cpu, o)
         for depth in range(len(path)):
             members[path[: depth + 1]].add(cpu)
     nodes = []
@@ -75,7 +96,7 @@ def _best_local(
 ) -> CpuSet | None:
     """The CPUs of the best subtree to add ``delta`` CPUs from (delta > 0) or to remove
     ``-delta`` from (delta < 0); None if no subtree can."""
-    nodes = _nodes(system, current, free, o.spread)
+    nodes = _nodes(system, current, free, o)
     if delta > 0:
         fitting = [n for n in nodes if len(n.cpus & free) >= delta]
         if not fitting:
@@ -123,7 +144,28 @@ def grow(system: System, current: CpuSet, free: CpuSet, count: int, o: Options) 
         return None
     if count == len(free):
         return free
-    free = _hinted(free, count, o.close_to)
+    if any(ld.dynamic for ld in o.loads) and count > 1:
+        # Each CPU taken loads its core / L2 for the next one: take them one at a time.
+        taken = CpuSet()
+        for _ in range(count):
+            one = _grow_once(system, current | taken, free - taken, 1, o)
+            if one is None:
+                return None
+            taken = taken | one
+            o = attrs.evolve(o, loads=tuple(_loaded_more(system, o, ld, one) for ld in o.loads))
+        return taken
+    return _grow_once(system, current, free, count, o)
+
+
+def _loaded_more(system: System, o: Options, ld: Load, cpus: CpuSet) -> Load:
+    return attrs.evolve(ld, cpus=ld.cpus | domain(system, o, ld.level, cpus)) if ld.dynamic else ld
+
+
+def _grow_once(
+    system: System, current: CpuSet, free: CpuSet, count: int, o: Options
+) -> CpuSet | None:
+    hints = [*o.close_to, *((free - ld.cpus,) for ld in o.loads)]
+    free = _hinted(free, count, hints)
     candidates = _best_local(system, current, free, count, o)
     if candidates is None:
         return None

@@ -34,6 +34,7 @@ from nri_resmgr.resmgr.policies.hardware import HardwarePolicy, reported_cpuset
 from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.resmgr.requests import container_request, milli_cpu_to_shares
 from nri_resmgr.sysfs import System
+from nri_resmgr.sysfs.caches import shared_caches
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,8 @@ class BalloonsPolicy(HardwarePolicy):
             cpus = close_cpus(self.system, self.env.host_root, d)
             if cpus is not None:
                 devices[d] = cpus
-        state = Balloons(self.system, spec, allowed, reserved, devices, tuple(types))
+        l2 = shared_caches(self.system, self.env.host_root, 2)
+        state = Balloons(self.system, spec, allowed, reserved, devices, tuple(types), l2)
         return state, matcher
 
     def _create_min_balloons(self, state: Balloons) -> None:

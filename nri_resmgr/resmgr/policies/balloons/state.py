@@ -64,6 +64,7 @@ class Balloons:
         reserved: CpuSet,
         devices: Mapping[str, CpuSet] | None = None,
         types: Sequence[BalloonType] = (),
+        l2: Mapping[int, CpuSet] | None = None,
     ) -> None:
         self.system = system
         self.spec = spec
@@ -71,6 +72,8 @@ class Balloons:
         self.reserved = reserved
         self.isolated = system.isolated & allowed
         self.types = tuple(types)
+        self.l2 = dict(l2 or {})
+        """CPU -> the CPUs sharing its L2 cache."""
         self.devices = dict(devices or {})
         """preferCloseToDevices path -> the CPUs close to it (unreadable ones left out)."""
         self.balloons: list[Balloon] = []
@@ -103,7 +106,33 @@ class Balloons:
             balancing=spec.allocator_topology_balancing if balancing is None else balancing,
             spread=spec.prefer_spread_on_physical_cores if spread is None else spread,
             close_to=tuple((cpus,) for _, cpus in close + far),
+            loads=self._loads(t),
+            l2=self.l2,
         )
+
+    def _loads(self, t: BalloonType) -> tuple[cputree.Load, ...]:
+        """The loaded cores / L2 caches ``t``'s balloons avoid: the domains of the CPUs of
+        every balloon that puts the same kind of load (its own ones included)."""
+        classes = {lc.name: lc for lc in self.spec.load_classes}
+        out: dict[str, cputree.Load] = {}
+        for name in t.loads:
+            lc = classes.get(name)
+            if lc is None or lc.level in out:
+                continue
+            levels = [
+                b.cpus
+                for b in self.balloons
+                if any(classes[n].level == lc.level for n in b.type.loads if n in classes)
+            ]
+            dynamic = any(
+                classes[n].overloads_level_in_balloon
+                for n in t.loads
+                if n in classes and classes[n].level == lc.level
+            )
+            opts = cputree.Options(l2=self.l2)
+            cpus = cputree.domain(self.system, opts, lc.level, CpuSet.union_all(levels))
+            out[lc.level] = cputree.Load(lc.level, cpus, dynamic)
+        return tuple(out.values())
 
     def _close_to(self, t: BalloonType) -> list[tuple[str, CpuSet]]:
         close = []
@@ -295,7 +324,9 @@ class Balloons:
             area = CpuSet.union_all(s.die_cpus(s.cpus[c].package, s.cpus[c].die) for c in b.cpus)
         elif scope == "numa":
             area = CpuSet.union_all(s.nodes[n].cpus for n in s.nodes_of(b.cpus))
-        else:  # core, and l2cache approximated by the core
+        elif scope == "l2cache":
+            area = CpuSet.union_all(self.l2.get(c, s.core_of(c)) for c in b.cpus)
+        else:  # core
             area = CpuSet.union_all(s.core_of(c) for c in b.cpus)
         return idle & area
 
