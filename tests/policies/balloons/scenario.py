@@ -17,8 +17,9 @@ from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.resmgr.policies.balloons.types import BalloonsError
 from nri_resmgr.resmgr.policy import PolicyEnv
-from tests.policies.workload import Runtime, container, pod, start
-from tests.sysfs.fakesys import N4C16, Layout
+from tests.policies.balloons.simulated import SimulatedRuntime
+from tests.policies.workload import Runtime, container, pod
+from tests.sysfs.fakesys import N4C16, Layout, write_sysfs
 
 # The upstream chart's default ``config`` (deployment/helm/balloons/values.yaml), without
 # the free-form RDT partitions, which no balloons scenario reads.
@@ -56,6 +57,11 @@ CHART_DEFAULTS: dict[str, Any] = {
 }
 
 
+SIMULATED = False
+"""Set by the simulated-runtime replay (conftest) for the duration of a test."""
+OPEN: list[SimulatedRuntime] = []
+
+
 def helm_merge(base: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(dict(base))
     for k, v in values.items():
@@ -80,14 +86,19 @@ class Scenario:
         layout: Layout = N4C16,
         write: bool = True,
     ) -> None:
-        """``write=False``: the test wrote its own sysfs under ``tmp_path``."""
+        """``write=False``: the test wrote its own sysfs under ``tmp_path``. With
+        ``SIMULATED`` set, pods go through the simulated runtime and the NRI stack."""
         spec = structure_spec(helm_merge(CHART_DEFAULTS, config), "BalloonsPolicy")
         self.policy = BalloonsPolicy()
+        self.runtime: Runtime | SimulatedRuntime
         if write:
-            start(self.policy, tmp_path, layout, spec)
+            write_sysfs(tmp_path, layout)
+        if SIMULATED:
+            self.runtime = SimulatedRuntime(self.policy, spec, str(tmp_path))
+            OPEN.append(self.runtime)
         else:
             self.policy.setup(spec, PolicyEnv(host_root=str(tmp_path)))
-        self.runtime = Runtime(self.policy)
+            self.runtime = Runtime(self.policy)
         self.online = CpuSet(range(layout.cpu_count))
         self.next_pod = 0
         self.by_name: dict[str, Container] = {}
@@ -139,6 +150,7 @@ class Scenario:
 
     def reconfigure(self, spec: Mapping[str, Any]) -> None:
         """A new configuration as a whole (a new CR, not merged with the chart's values)."""
+        assert isinstance(self.runtime, Runtime), "reconfigure: in-process runtime only"
         self.runtime.apply(self.policy.reconfigure(structure_spec(spec, "BalloonsPolicy")))
 
     def balloon_of(self, name: str) -> str:
@@ -163,7 +175,8 @@ class Scenario:
             for c in made:
                 self.runtime.remove(c)
                 del self.by_name[c.name]
-            self.policy.remove_pod_sandbox(p)
+            if isinstance(self.runtime, Runtime):
+                self.policy.remove_pod_sandbox(p)
 
     def delete_all(self) -> None:
         self.delete(*list(self.pods))
