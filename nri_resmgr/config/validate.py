@@ -85,6 +85,8 @@ def _check_balloon_refs(spec: BalloonsSpec, bt: BalloonType, where: str) -> list
         for j, c in enumerate(bt.components)
         if c.balloon_type not in types or c.balloon_type == bt.name
     ]
+    if bt.component_creation and not bt.components:
+        errors.append(f"{where}.componentCreation: {bt.component_creation!r} without components")
     classes = {sc.name for sc in spec.scheduling_classes}
     if bt.scheduling_class and bt.scheduling_class not in classes:
         errors.append(f"{where}.schedulingClass: unknown scheduling class {bt.scheduling_class!r}")

@@ -126,6 +126,7 @@ def test_every_upstream_key_loads_and_the_unapplied_ones_are_said_once(
         ({"groupBy": "${pod/nothing}"}, "spec.balloonTypes[0].groupBy: unknown key 'nothing'"),
         ({"components": [{"balloonType": "zz"}]}, "unknown balloon type 'zz'"),
         ({"schedulingClass": "zz"}, "unknown scheduling class 'zz'"),
+        ({"componentCreation": "all"}, "componentCreation: 'all' without components"),
     ],
 )
 def test_bad_references_name_the_key(bad: dict[str, object], error: str) -> None:
