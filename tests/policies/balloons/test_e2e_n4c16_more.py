@@ -104,3 +104,85 @@ def test30_numa_disabled(tmp_path: Path) -> None:
     c = s.cpus
     assert c["pod1c0"].isdisjoint(CpuSet([6, 7])) and c["pod1c1"].isdisjoint(CpuSet([6, 7]))
     assert len(c["pod1c0"]) == len(c["pod1c1"]) == 5 and disjoint(c["pod1c0"], c["pod1c1"])
+
+
+def _node_type(n: int) -> dict[str, Any]:
+    return {"name": f"node{n}", "preferCloseToDevices": [f"/sys/devices/system/node/node{n}"]}
+
+
+COMPOSITE_CFG = {
+    "agent": {"nodeResourceTopology": True},
+    "allocatorTopologyBalancing": False,
+    "reservedResources": {"cpu": "750m"},
+    "pinCPU": True,
+    "pinMemory": True,
+    "balloonTypes": [
+        *(_node_type(n) for n in range(4)),
+        {"name": "balance-all-nodes", "components": [{"balloonType": "balance-pkg0-nodes"},
+         {"balloonType": "balance-pkg1-nodes"}], "minCPUs": 4, "minBalloons": 1,
+         "showContainersInNrt": True},
+        {"name": "balance-pkg0-nodes", "components": [{"balloonType": "node0"},
+         {"balloonType": "node1"}]},
+        {"name": "balance-pkg1-nodes", "componentCreation": "all", "components": [
+            {"balloonType": "node2"}, {"balloonType": "node3"}], "preferNewBalloons": True},
+        {"name": "nodes2301", "componentCreation": "balance-balloons", "components": [
+            {"balloonType": f"node{n}"} for n in (2, 3, 0, 1)], "preferNewBalloons": True},
+        {"name": "balance-both-nodes-on-either-pkg", "componentCreation": "balance-balloons",
+         "components": [{"balloonType": "balance-pkg0-nodes"},
+                        {"balloonType": "balance-pkg1-nodes"}], "preferNewBalloons": True},
+        {"name": "new-on-node-1", "components": [{"balloonType": "node1"}],
+         "preferNewBalloons": True},
+        {"name": "kube-system-cpu-core",
+         "preferCloseToDevices": ["/sys/devices/system/cpu/cpu6/cache/index0"]},
+        {"name": "reserved", "components": [{"balloonType": "kube-system-cpu-core"}]},
+    ],
+    "log": {"debug": ["policy"]},
+}  # fmt: skip
+
+
+def test16_composite_balloons(tmp_path: Path) -> None:
+    write_sysfs(tmp_path, N4C16)
+    index0 = tmp_path / "sys/devices/system/cpu/cpu6/cache/index0"
+    index0.mkdir(parents=True)
+    (index0 / "shared_cpu_list").write_text("6-7\n")
+    s = Scenario(tmp_path, COMPOSITE_CFG, write=False)
+    system = s.policy.system
+
+    def nodes(name: str) -> set[int]:
+        return {system.cpus[c].node for c in s.cpus[name]}
+
+    def per_node(cpus: CpuSet) -> list[int]:
+        return [len(cpus & system.nodes[n].cpus) for n in range(4)]
+
+    all_nodes = {ANN: "balance-all-nodes"}
+    s.create(contcount=2, annotations=all_nodes, cpureq="500m", cpulim="500m", memreq="100M")
+    c = s.cpus
+    assert len(c["pod0c0"]) == len(c["pod0c1"]) == 4
+    assert nodes("pod0c0") == nodes("pod0c1") == {0, 1, 2, 3}
+    s.create(annotations=all_nodes, cpureq="9", memreq="100M")
+    c = s.cpus
+    assert len(c["pod1c0"]) == 12 and c["pod0c0"] == c["pod0c1"] == c["pod1c0"]
+    assert per_node(c["pod1c0"]) == [3, 3, 3, 3] and len(c["pod1c0"] & CpuSet([6, 7])) == 1
+    s.create(namespace="kube-system", cpureq="100m", cpulim="100m")
+    assert s.cpus["pod2c0"].issubset(CpuSet([6, 7]))
+    s.delete("pod1")
+    c = s.cpus
+    assert len(c["pod0c0"]) == 4 and c["pod0c0"] == c["pod0c1"]
+    assert per_node(c["pod0c0"]) == [1, 1, 1, 1]
+    s.delete_all()
+    pkg1 = {ANN: "balance-pkg1-nodes"}
+    s.create(annotations=pkg1, cpureq="1", memreq="100M")
+    c = s.cpus
+    assert len(c["pod3c0"]) == 2 and per_node(c["pod3c0"])[2:] == [1, 1]
+    s.create(annotations=pkg1, cpureq="4", memreq="100M")
+    c = s.cpus
+    assert len(c["pod4c0"]) == 4 and per_node(c["pod4c0"])[2:] == [2, 2]
+    assert disjoint(c["pod4c0"], c["pod3c0"])
+    s.delete_all()
+    s.create(annotations=all_nodes, cpureq="12", memreq="100M")
+    c = s.cpus
+    assert len(c["pod5c0"]) == 12 and per_node(c["pod5c0"]) == [3, 3, 3, 3]
+    s.delete_all()
+    s.next_pod = 0  # upstream resets its pod counter here
+    s.create(annotations={ANN: "nodes2301"}, cpureq="1", memreq="100M")
+    assert nodes("pod0c0") == {2}

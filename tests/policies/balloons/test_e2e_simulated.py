@@ -23,6 +23,7 @@ REPLAYS: list[Callable[[Path], None]] = [
     test_e2e_n4c16.test10_allocator_opts,
     test_e2e_n4c16.test11_match_expression,
     test_e2e_n4c16.test23_available_cpus,
+    more.test16_composite_balloons,
     more.test30_numa_disabled,
     test_e2e_caches.test13_cacheclusters_4cpu,
     test_e2e_caches.test13_cacheclusters_2cpu,

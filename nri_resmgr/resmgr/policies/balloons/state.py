@@ -13,7 +13,7 @@ from nri_resmgr.config.models import BalloonsSpec, BalloonType
 from nri_resmgr.resmgr.cache import Allocation, AllocationCache
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Update
-from nri_resmgr.resmgr.policies.balloons import cputree
+from nri_resmgr.resmgr.policies.balloons import composite, cputree
 from nri_resmgr.sysfs import System
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,8 @@ class Balloon:
     namespaces: dict[str, str] = attrs.field(factory=dict)
     groups: dict[str, str] = attrs.field(factory=dict)
     """container id -> groupBy value (only for types with groupBy)."""
+    components: list[Balloon] = attrs.field(factory=list)
+    """The component balloons of a composite balloon (their CPUs make up ``cpus``)."""
 
     @property
     def name(self) -> str:
@@ -157,6 +159,8 @@ class Balloons:
 
     def resize(self, b: Balloon, count: int) -> bool:
         """Grow or shrink ``b`` to ``count`` CPUs; False if there are not enough free CPUs."""
+        if b.components:
+            return composite.resize(self, b, count)
         have = len(b.cpus)
         if count > have:
             extra = self._pick(b.type, b.cpus, count - have)
@@ -193,6 +197,16 @@ class Balloons:
     def create(self, t: BalloonType, cpus: CpuSet | None = None, count: int = 0) -> Balloon | None:
         used = {b.index for b in self.of_type(t)}
         index = next(i for i in range(len(used) + 1) if i not in used)
+        if cpus is None and t.components:
+            parts = composite.components(self, t)
+            if parts is None:
+                return None
+            b = Balloon(t, index, CpuSet(), components=parts)
+            self.balloons.append(b)
+            if count and not self.resize(b, count):
+                self.balloons.remove(b)
+                return None
+            return b
         if cpus is None:
             picked = self._pick(t, CpuSet(), count) if count else CpuSet()
             if picked is None:
