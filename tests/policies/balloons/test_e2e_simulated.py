@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.policies.balloons import scenario, test_e2e_caches, test_e2e_n4c16
+from tests.policies.balloons import scenario, test_e2e_caches, test_e2e_n4c16, test_e2e_sparse
 from tests.policies.balloons import test_e2e_n4c16_more as more
 
 REPLAYS: list[Callable[[Path], None]] = [
@@ -28,6 +28,7 @@ REPLAYS: list[Callable[[Path], None]] = [
     test_e2e_caches.test13_cacheclusters_4cpu,
     test_e2e_caches.test13_cacheclusters_2cpu,
     test_e2e_caches.test15_loadclasses,
+    test_e2e_sparse.test01_sparse_4kcpus,
 ]
 
 
