@@ -9,11 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.policies.balloons import scenario, test_e2e_caches, test_e2e_n4c16, test_e2e_sparse
+from tests.policies.balloons import (
+    scenario,
+    test_e2e_caches,
+    test_e2e_metrics,
+    test_e2e_n4c16,
+    test_e2e_sparse,
+)
 from tests.policies.balloons import test_e2e_n4c16_more as more
 
 REPLAYS: list[Callable[[Path], None]] = [
     test_e2e_n4c16.test01_basic_placement,
+    test_e2e_metrics.test02_prometheus_metrics,
     test_e2e_n4c16.test03_reserved,
     test_e2e_n4c16.test04_groupby,
     test_e2e_n4c16.test05_namespace,
