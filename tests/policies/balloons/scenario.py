@@ -108,15 +108,17 @@ class Scenario:
         self,
         contcount: int = 1,
         namespace: str = "default",
-        cpureq: str = "",
-        cpulim: str = "",
-        memreq: str = "",
-        memlim: str = "",
+        cpureq: str = "1",
+        cpulim: str = "2",
+        memreq: str = "100M",
+        memlim: str = "200M",
         annotations: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> str:
         """Create the next pod; return its name. A container the policy refuses raises
-        BalloonsError (the runtime fails its creation)."""
+        BalloonsError (the runtime fails its creation). The resource defaults are those of
+        upstream's e2e framework for a variable a test never sets (run.sh
+        ``yaml_in_defaults``); an empty ``cpureq`` means no resources (BestEffort)."""
         name = f"pod{self.next_pod}"
         self.next_pod += 1
         if not cpureq:

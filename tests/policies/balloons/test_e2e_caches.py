@@ -117,8 +117,8 @@ LOAD_CFG = {
 
 def test15_loadclasses(tmp_path: Path) -> None:
     s = _scenario(tmp_path, L2_4CPU, LOAD_CFG)
-    half = {"cpureq": "500m", "cpulim": "500m", "memreq": "100M"}
-    one = {"cpureq": "1", "cpulim": "1", "memreq": "100M"}
+    half = {"cpureq": "500m", "cpulim": "500m", "memreq": "100M", "memlim": ""}
+    one = {"cpureq": "1", "cpulim": "1", "memreq": "100M", "memlim": ""}
     s.create(contcount=2, annotations={ANN: "l2load"}, **half)
     assert len(s.cpus["pod0c0"]) == 1 and len(s.cpus["pod0c1"]) == 1
     assert _nodes(s, "pod0c0").isdisjoint(_nodes(s, "pod0c1"))
@@ -127,7 +127,7 @@ def test15_loadclasses(tmp_path: Path) -> None:
     assert _packages(s, "pod1c0") == _packages(s, "pod0c0")
     s.create(annotations={ANN: "noload"}, **one)
     assert _packages(s, "pod2c0") != _packages(s, "pod1c0")
-    lo = {"cpureq": "100m", "cpulim": "200m", "memreq": "100M"}
+    lo = {"cpureq": "100m", "cpulim": "200m", "memreq": "100M", "memlim": ""}
     s.create(annotations={ANN: "l2htload"}, **lo)
     assert len(s.cpus["pod3c0"]) == 1 and _nodes(s, "pod3c0") == _nodes(s, "pod2c0")
     s.create(annotations={ANN: "l2htload"}, **lo)
@@ -142,7 +142,7 @@ def test15_loadclasses(tmp_path: Path) -> None:
     assert len(_cores(s, "pod6c0")) == 4 and len(c["pod6c0"]) == 4 and c["pod6c0"] == c["pod6c1"]
     assert _cores(s, "pod6c0").isdisjoint(_cores(s, "pod5c0"))
     s.delete("pod0", "pod3", "pod4", "pod5", "pod6")
-    s.create(annotations={ANN: "l2htload"}, cpureq="4")
+    s.create(annotations={ANN: "l2htload"}, cpureq="4", cpulim="", memreq="", memlim="")
     assert len(s.cpus["pod7c0"]) == 4 and len(_cores(s, "pod7c0")) == 4
 
 

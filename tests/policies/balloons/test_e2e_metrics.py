@@ -11,6 +11,7 @@ from nri_resmgr.resmgr.policies.balloons.metrics import prometheus_text
 from tests.policies.balloons.scenario import Scenario
 
 ANN = "balloon.balloons.resource-policy.nri.io"
+NO_MEM = {"memreq": "", "memlim": ""}
 
 METRICS_CFG = {
     "reservedResources": {"cpu": "1"},
@@ -52,16 +53,16 @@ def test02_prometheus_metrics(tmp_path: Path) -> None:
     )
     c = s.cpus
     assert len(c["pod0c0"]) == 1 and len(c["pod0c1"]) == 2 and c["pod0c0"].issubset(c["pod0c1"])
-    s.create(annotations={ANN: "fast-dualcore"}, cpureq="200m", cpulim="200m")
+    s.create(annotations={ANN: "fast-dualcore"}, cpureq="200m", cpulim="200m", **NO_MEM)
     assert has_line(s, r'balloon="fast-dualcore\[0\]".*tot_req_millicpu="(199|200)".* 4')
     assert not has_line(s, r'balloon="fast-dualcore\[1\]"')
-    s.create(annotations={ANN: "fast-dualcore"}, cpureq="500m", cpulim="500m")
+    s.create(annotations={ANN: "fast-dualcore"}, cpureq="500m", cpulim="500m", **NO_MEM)
     assert has_line(s, r'balloon="fast-dualcore\[0\]"')
     assert has_line(s, r'balloon="fast-dualcore\[1\]".*tot_req_millicpu="500".* 4')
     assert not has_line(s, 'balloon_type="flex"')
-    s.create(annotations={ANN: "flex"}, cpureq="3500m", cpulim="3500m")
+    s.create(annotations={ANN: "flex"}, cpureq="3500m", cpulim="3500m", **NO_MEM)
     assert has_line(s, 'balloon_type="flex".* 4')
-    s.create(annotations={ANN: "flex"}, cpureq="1200m", cpulim="1200m")
+    s.create(annotations={ANN: "flex"}, cpureq="1200m", cpulim="1200m", **NO_MEM)
     assert has_line(s, 'balloon_type="flex".* 5')
     s.delete("pod3")
     assert has_line(s, 'balloon_type="flex".* 2')

@@ -155,15 +155,16 @@ def test16_composite_balloons(tmp_path: Path) -> None:
         return [len(cpus & system.nodes[n].cpus) for n in range(4)]
 
     all_nodes = {ANN: "balance-all-nodes"}
-    s.create(contcount=2, annotations=all_nodes, cpureq="500m", cpulim="500m", memreq="100M")
+    s.create(contcount=2, annotations=all_nodes, cpureq="500m", cpulim="500m", memreq="100M",
+             memlim="")  # fmt: skip
     c = s.cpus
     assert len(c["pod0c0"]) == len(c["pod0c1"]) == 4
     assert nodes("pod0c0") == nodes("pod0c1") == {0, 1, 2, 3}
-    s.create(annotations=all_nodes, cpureq="9", memreq="100M")
+    s.create(annotations=all_nodes, cpureq="9", cpulim="", memreq="100M", memlim="")
     c = s.cpus
     assert len(c["pod1c0"]) == 12 and c["pod0c0"] == c["pod0c1"] == c["pod1c0"]
     assert per_node(c["pod1c0"]) == [3, 3, 3, 3] and len(c["pod1c0"] & CpuSet([6, 7])) == 1
-    s.create(namespace="kube-system", cpureq="100m", cpulim="100m")
+    s.create(namespace="kube-system", cpureq="100m", cpulim="100m", memreq="", memlim="")
     assert s.cpus["pod2c0"].issubset(CpuSet([6, 7]))
     s.delete("pod1")
     c = s.cpus
@@ -171,18 +172,18 @@ def test16_composite_balloons(tmp_path: Path) -> None:
     assert per_node(c["pod0c0"]) == [1, 1, 1, 1]
     s.delete_all()
     pkg1 = {ANN: "balance-pkg1-nodes"}
-    s.create(annotations=pkg1, cpureq="1", memreq="100M")
+    s.create(annotations=pkg1, cpureq="1", cpulim="", memreq="100M", memlim="")
     c = s.cpus
     assert len(c["pod3c0"]) == 2 and per_node(c["pod3c0"])[2:] == [1, 1]
-    s.create(annotations=pkg1, cpureq="4", memreq="100M")
+    s.create(annotations=pkg1, cpureq="4", cpulim="", memreq="100M", memlim="")
     c = s.cpus
     assert len(c["pod4c0"]) == 4 and per_node(c["pod4c0"])[2:] == [2, 2]
     assert disjoint(c["pod4c0"], c["pod3c0"])
     s.delete_all()
-    s.create(annotations=all_nodes, cpureq="12", memreq="100M")
+    s.create(annotations=all_nodes, cpureq="12", cpulim="", memreq="100M", memlim="")
     c = s.cpus
     assert len(c["pod5c0"]) == 12 and per_node(c["pod5c0"]) == [3, 3, 3, 3]
     s.delete_all()
     s.next_pod = 0  # upstream resets its pod counter here
-    s.create(annotations={ANN: "nodes2301"}, cpureq="1", memreq="100M")
+    s.create(annotations={ANN: "nodes2301"}, cpureq="1", cpulim="", memreq="100M", memlim="")
     assert nodes("pod0c0") == {2}

@@ -29,6 +29,7 @@ REPLAYS: list[Callable[[Path], None]] = [
     test_e2e_n4c16.test09_isolated,
     test_e2e_n4c16.test10_allocator_opts,
     test_e2e_n4c16.test11_match_expression,
+    test_e2e_n4c16.test22_isolcpus,
     test_e2e_n4c16.test23_available_cpus,
     more.test16_composite_balloons,
     more.test30_numa_disabled,

@@ -61,7 +61,7 @@ def test01_sparse_4kcpus(tmp_path: Path) -> None:
     assert pkg7 is not None and pkg7.cpus == CpuSet([4095])  # upstream: NRT cpuset "4095"
     annotations = {f"{ANN}.pod0c0": "pkg0", f"{ANN}.pod0c1": "pkg2", f"{ANN}.pod0c2": "pkg7"}
     # Upstream uses its besteffort pod template: no resources (CPUREQ is ignored there).
-    s.create(contcount=3, annotations=annotations)
+    s.create(contcount=3, annotations=annotations, cpureq="")
     c = s.cpus
     assert c["pod0c0"] == CpuSet([0, 2, 511])
     assert c["pod0c1"] == CpuSet([1535]) and c["pod0c2"] == CpuSet([4095])
