@@ -39,6 +39,12 @@ class Options:
     loads: tuple[Load, ...] = ()
     l2: Mapping[int, CpuSet] = attrs.field(factory=dict)
     """CPU -> the CPUs sharing its L2 cache (empty: the core)."""
+    paths: Mapping[int, tuple[str, ...]] | None = None
+    """Precomputed ``tree_paths`` (they only depend on the machine and ``spread``)."""
+
+
+def tree_paths(system: System, o: Options) -> dict[int, tuple[str, ...]]:
+    return {cpu: _path(system, cpu, o) for cpu in system.cpus}
 
 
 def domain(system: System, o: Options, level: str, cpus: CpuSet) -> CpuSet:
@@ -64,27 +70,36 @@ def _path(system: System, cpu: int, o: Options) -> tuple[str, ...]:
 @attrs.frozen
 class _Node:
     depth: int
-    cpus: CpuSet
+    cpus: list[int]
     current: tuple[int, ...]
     free: tuple[int, ...]
     name: str
 
 
 def _nodes(system: System, current: CpuSet, free: CpuSet, o: Options) -> list[_Node]:
-    members: dict[tuple[str, ...], set[int]] = defaultdict(set)
-    for cpu in current | free:
-        path = _path(system, cpu, o)
+    # Counted with integers: this runs on every resize, over every CPU of the machine.
+    members: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    n_current: dict[tuple[str, ...], int] = defaultdict(int)
+    n_free: dict[tuple[str, ...], int] = defaultdict(int)
+    cur, fr = set(current), set(free)
+    paths = o.paths
+    for cpu in cur | fr:
+        path = paths[cpu] if paths is not None else _path(system, cpu, o)
+        is_cur, is_free = cpu in cur, cpu in fr
         for depth in range(len(path)):
-            members[path[: depth + 1]].add(cpu)
+            prefix = path[: depth + 1]
+            members[prefix].append(cpu)
+            n_current[prefix] += is_cur
+            n_free[prefix] += is_free
     nodes = []
-    for prefix in members:
-        counts = [CpuSet(members[prefix[: d + 1]]) for d in range(len(prefix))]
+    for prefix, cpus in members.items():
+        heads = [prefix[: d + 1] for d in range(len(prefix))]
         nodes.append(
             _Node(
                 depth=len(prefix) - 1,
-                cpus=counts[-1],
-                current=tuple(len(s & current) for s in counts),
-                free=tuple(len(s & free) for s in counts),
+                cpus=cpus,
+                current=tuple(n_current[h] for h in heads),
+                free=tuple(n_free[h] for h in heads),
                 name=prefix[-1],
             )
         )
@@ -98,7 +113,7 @@ def _best_local(
     ``-delta`` from (delta < 0); None if no subtree can."""
     nodes = _nodes(system, current, free, o)
     if delta > 0:
-        fitting = [n for n in nodes if len(n.cpus & free) >= delta]
+        fitting = [n for n in nodes if n.free[-1] >= delta]
         if not fitting:
             return None
         sign = -1 if o.balancing else 1
@@ -107,15 +122,15 @@ def _best_local(
             return (-n.depth, tuple(-x for x in n.current), tuple(sign * x for x in n.free), n.name)
 
         best = min(fitting, key=rank)
-        return best.cpus & free
-    fitting = [n for n in nodes if len(n.cpus & current) >= -delta]
+        return CpuSet(best.cpus) & free
+    fitting = [n for n in nodes if n.current[-1] >= -delta]
     if not fitting:
         return None
     best = min(
         fitting,
         key=lambda n: (-n.depth, n.current, n.free, _Desc(n.name)),
     )
-    return best.cpus & current
+    return CpuSet(best.cpus) & current
 
 
 class _Desc(str):

@@ -75,6 +75,7 @@ class Balloons:
         self.isolated = system.isolated & allowed
         self.types = tuple(types)
         self.l2 = dict(l2 or {})
+        self._paths: dict[bool, dict[int, tuple[str, ...]]] = {}
         """CPU -> the CPUs sharing its L2 cache."""
         self.devices = dict(devices or {})
         """preferCloseToDevices path -> the CPUs close to it (unreadable ones left out)."""
@@ -104,12 +105,17 @@ class Balloons:
             for name, cpus in self._preferred_by_any()
             if name not in names
         ]
+        spread = spec.prefer_spread_on_physical_cores if spread is None else spread
+        if spread not in self._paths:
+            plain = cputree.Options(spread=spread, l2=self.l2)
+            self._paths[spread] = cputree.tree_paths(self.system, plain)
         return cputree.Options(
             balancing=spec.allocator_topology_balancing if balancing is None else balancing,
-            spread=spec.prefer_spread_on_physical_cores if spread is None else spread,
+            spread=spread,
             close_to=tuple((cpus,) for _, cpus in close + far),
             loads=self._loads(t),
             l2=self.l2,
+            paths=self._paths[spread],
         )
 
     def _loads(self, t: BalloonType) -> tuple[cputree.Load, ...]:
@@ -365,11 +371,18 @@ class Balloons:
     def refresh(self, skip: str | None = None) -> list[Update]:
         idle = self.free()
         by_name = {b.name: b for b in self.balloons}
+        # One computation per balloon; only members with their own settings get their own.
+        common = {b.name: self.desired(b, idle) for b in self.balloons}
         updates: list[Update] = []
         for m in sorted(self.members, key=lambda m: m.container_id):
             cid = m.container_id
             b = by_name.get(m.pool)
-            cpus, mems = self.desired(b, idle, cid, m.mems) if b else (None, None)
+            if b is None:
+                cpus, mems = None, None
+            elif cid in self.no_ht or cid in self.keep_mems:
+                cpus, mems = self.desired(b, idle, cid, m.mems)
+            else:
+                cpus, mems = common[b.name]
             if cid == skip or (cpus, mems) == (m.cpus, m.mems):
                 continue
             self.members.put(attrs.evolve(m, cpus=cpus, mems=mems))
