@@ -9,6 +9,7 @@ from typing import Any
 
 from nri_resmgr.resmgr.cpuset import CpuSet
 from tests.policies.balloons.scenario import Scenario, disjoint
+from tests.policies.balloons.test_e2e_metrics import has_line
 from tests.sysfs.fakesys import N4C16, write_sysfs
 
 ANN = "balloon.balloons.resource-policy.nri.io"
@@ -69,12 +70,18 @@ def test06_update_config(tmp_path: Path) -> None:
     assert s.balloon_of("pod1c0") == s.balloon_of("pod2c0") == "btype2[0]"
     s.reconfigure(_btypes_cr(skip={1}, BTYPE2_NAMESPACE0="*"))
     assert [s.balloon_of(f"pod{i}c0") for i in range(3)] == ["btype0[0]", "btype2[0]", "btype2[0]"]
-    # The cpu_class labels upstream checks here: cpuClasses are accepted, not applied.
+    # The balloons gauge names each balloon type's cpuClass (the class itself is not applied).
+    assert has_line(s, r'btype0\[0\].*pod0/pod0c0.*cpu_class="classA"')
+    assert has_line(s, r'btype2\[0\].*pod1/pod1c0.*cpu_class="classC"')
+    assert has_line(s, r'btype2\[0\].*pod2/pod2c0.*cpu_class="classC"')
     s.reconfigure(
         _btypes_cr(skip={1}, BTYPE2_NAMESPACE0="*", BTYPE0_CPUCLASS="classC",
                    BTYPE2_CPUCLASS="classB")
     )  # fmt: skip
     assert [s.balloon_of(f"pod{i}c0") for i in range(3)] == ["btype0[0]", "btype2[0]", "btype2[0]"]
+    assert has_line(s, r'btype0\[0\].*pod0/pod0c0.*cpu_class="classC"')
+    assert has_line(s, r'btype2\[0\].*pod1/pod1c0.*cpu_class="classB"')
+    assert has_line(s, r'btype2\[0\].*pod2/pod2c0.*cpu_class="classB"')
 
 
 def test30_numa_disabled(tmp_path: Path) -> None:
