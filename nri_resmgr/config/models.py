@@ -153,28 +153,129 @@ class TopologyAwareSpec(PolicySpec):
     unlimited_burstable: TopologyLevel = "package"
 
 
+ExprOperator = Literal[
+    "Equals",
+    "NotEqual",
+    "In",
+    "NotIn",
+    "Exists",
+    "NotExist",
+    "AlwaysTrue",
+    "Matches",
+    "MatchesNot",
+    "MatchesAny",
+    "MatchesNone",
+]
+BalloonTopologyLevel = Literal["", "system", "package", "die", "numa", "l2cache", "core", "thread"]
+
+
+@attrs.frozen
+class Expression:
+    """A match expression on a container (``pod/labels/app``, ``namespace``, ``qosclass``…)."""
+
+    key: str
+    operator: ExprOperator
+    values: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class ContainerMatch:
+    """``preserve``: containers matching any expression are left as the runtime has them."""
+
+    match_expressions: tuple[Expression, ...] = ()
+
+
+@attrs.frozen
+class BalloonComponent:
+    balloon_type: str
+
+
+@attrs.frozen
+class LoadClass:
+    name: str
+    level: Literal["l2cache", "core"]
+    overloads_level_in_balloon: bool = False
+
+
+@attrs.frozen
+class SchedulingClass:
+    """Linux scheduling and I/O priority parameters for containers (balloons
+    ``schedulingClasses``)."""
+
+    name: str
+    policy: Literal["", "none", "other", "fifo", "rr", "batch", "iso", "idle", "deadline"] = ""
+    nice: int | None = None
+    priority: int | None = None
+    flags: tuple[
+        Literal[
+            "reset-on-fork",
+            "reclaim",
+            "dl-overrun",
+            "keep-policy",
+            "keep-params",
+            "util-clamp-min",
+            "util-clamp-max",
+        ],
+        ...,
+    ] = ()
+    runtime: int | None = None
+    deadline: int | None = None
+    period: int | None = None
+    io_class: Literal["", "none", "rt", "be", "idle"] = ""
+    io_priority: int | None = None
+
+
+@attrs.frozen
+class BalloonsCpuClass:
+    """A balloons ``cpuClasses`` entry: frequencies are strings ("turbo", "base", "2GHz")."""
+
+    name: str
+    min_freq: str = ""
+    max_freq: str = ""
+    energy_performance_preference: int | None = None
+    uncore_min_freq: str = ""
+    uncore_max_freq: str = ""
+    freq_governor: str = ""
+    disabled_cstates: tuple[str, ...] = ()
+    turbo_priority: int | None = None
+    pct_min_freq: str = field(key="pctMinFreq", default="")
+    pct_max_freq: str = field(key="pctMaxFreq", default="")
+    pct_priority: Literal["", "high", "low"] = field(key="pctPriority", default="")
+    sst_clos_id: int | None = field(key="sstClosID", default=None)
+    publish_extended_resource: bool = False
+
+
 @attrs.frozen
 class BalloonType:
     name: str
     namespaces: tuple[str, ...] = ()
+    match_expressions: tuple[Expression, ...] = ()
+    group_by: str = ""
+    components: tuple[BalloonComponent, ...] = ()
+    component_creation: Literal["", "all", "balance-balloons"] = ""
     min_cpus: int = field(key="minCPUs", default=0)
     max_cpus: int = field(key="maxCPUs", default=0)
     min_balloons: int = 0
     max_balloons: int = 0
+    memory_types: tuple[str, ...] = ()
     allocator_priority: CPUPriority = "high"
     cpu_class: str = field(key="cpuClass", default="")
     pin_memory: bool | None = None
     prefer_spread_on_physical_cores: bool | None = None
     allocator_topology_balancing: bool | None = None
     hide_hyperthreads: bool | None = None
-    share_idle_cpus_in_same: Literal[
-        "", "system", "package", "die", "numa", "l2cache", "core", "thread"
-    ] = field(key="shareIdleCPUsInSame", default="")
+    loads: tuple[str, ...] = ()
+    share_idle_cpus_in_same: BalloonTopologyLevel = field(key="shareIdleCPUsInSame", default="")
     prefer_isol_cpus: bool = False
     prefer_spreading_pods: bool = False
     prefer_per_namespace_balloon: bool = False
     prefer_new_balloons: bool = False
-    group_by: str = ""
+    prefer_close_to_devices: tuple[str, ...] = ()
+    prefer_core_type: Literal["", "efficient", "performance"] = ""
+    scheduling_class: str = ""
+    show_containers_in_nrt: bool | None = field(key="showContainersInNrt", default=None)
+    irq_claim: tuple[str, ...] = ()
+    irq_mode: str = ""
 
 
 @attrs.frozen
@@ -189,6 +290,13 @@ class BalloonsSpec(PolicySpec):
     allocator_topology_balancing: bool = False
     prefer_spread_on_physical_cores: bool = False
     balloon_types: tuple[BalloonType, ...] = ()
+    preserve: ContainerMatch | None = None
+    show_containers_in_nrt: bool | None = field(key="showContainersInNrt", default=None)
+    load_classes: tuple[LoadClass, ...] = ()
+    scheduling_classes: tuple[SchedulingClass, ...] = ()
+    cpu_classes: tuple[BalloonsCpuClass, ...] = field(key="cpuClasses", default=())
+    turbo_domain: Literal["package", "system"] = "package"
+    controllable_interrupts: tuple[str, ...] = ("*",)
 
 
 SPEC_KINDS: dict[str, type[PolicySpec]] = {

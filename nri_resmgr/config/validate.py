@@ -10,7 +10,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from nri_resmgr.config.models import BalloonsSpec, Constraints, PolicySpec
+from nri_resmgr.config.expressions import check_expressions, check_group_by
+from nri_resmgr.config.models import BalloonsSpec, BalloonType, Constraints, PolicySpec
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.shorten import short_repr, shorten
 
@@ -96,6 +97,35 @@ def _check_balloons(spec: BalloonsSpec, path: str) -> list[str]:
             errors.append(
                 f"{where}: minBalloons ({bt.min_balloons}) exceeds maxBalloons ({bt.max_balloons})"
             )
+        errors += _check_balloon_refs(spec, bt, where)
+    errors += check_expressions(
+        spec.preserve.match_expressions if spec.preserve else (), f"{path}.preserve"
+    )
+    return errors
+
+
+def _check_balloon_refs(spec: BalloonsSpec, bt: BalloonType, where: str) -> list[str]:
+    """References from a balloon type to other parts of the spec, and its expressions."""
+    errors = check_expressions(bt.match_expressions, where)
+    loads = {lc.name for lc in spec.load_classes}
+    errors += [
+        f"{where}.loads[{j}]: unknown load class {name!r}"
+        for j, name in enumerate(bt.loads)
+        if name not in loads
+    ]
+    types = {t.name for t in spec.balloon_types}
+    errors += [
+        f"{where}.components[{j}].balloonType: unknown balloon type {c.balloon_type!r}"
+        for j, c in enumerate(bt.components)
+        if c.balloon_type not in types or c.balloon_type == bt.name
+    ]
+    if bt.component_creation and not bt.components:
+        errors.append(f"{where}.componentCreation: {bt.component_creation!r} without components")
+    classes = {sc.name for sc in spec.scheduling_classes}
+    if bt.scheduling_class and bt.scheduling_class not in classes:
+        errors.append(f"{where}.schedulingClass: unknown scheduling class {bt.scheduling_class!r}")
+    if bt.group_by:
+        errors += check_group_by(bt.group_by, f"{where}.groupBy")
     return errors
 
 
@@ -103,10 +133,6 @@ def validate_spec(spec: PolicySpec, path: str = "spec") -> None:
     errors = _check_constraints(spec.reserved_resources, f"{path}.reservedResources")
     if spec.reserved_resources.cpu is None:
         errors.append(f"{path}.reservedResources.cpu: required key missing")
-    elif spec.reserved_resources.cpu.startswith("exclude-cpuset:"):
-        errors.append(
-            f"{path}.reservedResources.cpu: exclude-cpuset is only valid in availableResources"
-        )
     errors += _check_constraints(spec.available_resources, f"{path}.availableResources")
     inst = spec.instrumentation
     if inst.prometheus_export and inst.metrics_exporter not in ("", "prometheus"):

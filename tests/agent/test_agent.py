@@ -147,13 +147,13 @@ async def test_bad_update_is_rejected_and_the_old_config_stays(
     patches_before = len(kube.status_patches)
 
     with caplog.at_level(logging.ERROR):
-        kube.put(CRS, cr("default", "exclude-cpuset:0"))
+        kube.put(CRS, cr("default", "1", instrumentation={"reportPeriod": "soon"}))
         await eventually(lambda: entry_status(kube, "default") == ("Failure", 2))
     entry = kube.node_status(CRS, "default", NODE)
     assert entry is not None
-    assert "spec.reservedResources.cpu: exclude-cpuset is only valid" in entry["errors"]
+    assert "spec.instrumentation.reportPeriod: expected a duration" in entry["errors"]
     assert "rejected, the previous configuration stays" in caplog.text
-    assert "spec.reservedResources.cpu" in caplog.text
+    assert "spec.instrumentation.reportPeriod" in caplog.text
     assert cpu(manager) == "1"
     assert (agent.applied, agent.rejected) == (1, 1)
 

@@ -167,14 +167,14 @@ async def test_bad_config_fails_with_the_field_and_the_old_config_stays(
     await c.put("default", "1")
     async with KubeClient(template_crd.config()) as agent_client:
         manager = await start(nursery, c.agent(agent_client), c)
-        # The CRD's pattern admits exclude-cpuset:, the config rules do not (in reserved).
+        # The CRD admits any string as reportPeriod, the config rules want a duration.
         with caplog.at_level(logging.ERROR):
-            await c.put("default", "exclude-cpuset:0")
+            await c.put("default", "1", instrumentation={"reportPeriod": "soon"})
             await eventually(lambda: _is(c.entry_status("default"), ("Failure", 2)))
         entry = await c.entry("default")
         assert entry is not None
-        assert entry["errors"].startswith("spec.reservedResources.cpu: exclude-cpuset")
-        assert "spec.reservedResources.cpu" in caplog.text
+        assert entry["errors"].startswith("spec.instrumentation.reportPeriod")
+        assert "spec.instrumentation.reportPeriod" in caplog.text
         assert cpu(manager) == "1"
 
         await c.put("default", "1", dra={"enabled": True})

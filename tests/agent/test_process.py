@@ -112,12 +112,13 @@ async def test_bad_initial_config_exits_2_after_writing_failure(
     template_crd: ApiServer, admin: tuple[KubeClient, str, str], tmp_path: Path
 ) -> None:
     client, ns, node = admin
-    await client.create(TEMPLATE_POLICIES, cr("default", "exclude-cpuset:1"), ns)
+    bad = cr("default", "1", instrumentation={"reportPeriod": "soon"})
+    await client.create(TEMPLATE_POLICIES, bad, ns)
     with daemon(template_crd, ns, node, tmp_path) as d:
         assert await d.wait_exit() == 2, d.output
-    assert "configuration error: spec.reservedResources.cpu: exclude-cpuset" in d.output
+    assert "configuration error: spec.instrumentation.reportPeriod" in d.output
     got = await wait_entry(client, ns, node, ("Failure", 1))
-    assert got is not None and "spec.reservedResources.cpu" in got["errors"]
+    assert got is not None and "spec.instrumentation.reportPeriod" in got["errors"]
 
 
 async def test_sigterm_while_waiting_for_a_config_exits_0(

@@ -12,6 +12,7 @@ from pathlib import Path
 import attrs
 
 from nri_resmgr.config.models import BalloonsSpec, BalloonType, Constraints, TopologyAwareSpec
+from nri_resmgr.errors import ResmgrError
 from nri_resmgr.resmgr.model import Container, ContainerState, Pod, Resources
 from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policy import PolicyEnv
@@ -63,7 +64,12 @@ def run(policy_name: str, host_root: str) -> list[Row]:
         pod, container = workload_objects(namespace, name, qos, request, limit)
         label = f"{namespace}/{name}"
         names[container.id] = label
-        adjustment, updates = policy.create_container(pod, container)
+        try:
+            adjustment, updates = policy.create_container(pod, container)
+        except ResmgrError as e:
+            # A policy may refuse a container (balloons: no room): the runtime fails it.
+            rows.append(Row(label, qos, request, "(failed)", "-", (str(e),)))
+            continue
         rows.append(
             Row(
                 label,

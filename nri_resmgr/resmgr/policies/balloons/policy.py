@@ -8,18 +8,24 @@ from collections.abc import Sequence
 
 import attrs
 
-from nri_resmgr.config.models import BalloonsSpec, PolicySpec
+from nri_resmgr.config.expressions import evaluate, expand
+from nri_resmgr.config.models import BalloonsSpec, BalloonType, PolicySpec
+from nri_resmgr.config.notapplied import report
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
+from nri_resmgr.resmgr.policies.balloons.devices import close_cpus
+from nri_resmgr.resmgr.policies.balloons.keys import NOT_APPLIED
 from nri_resmgr.resmgr.policies.balloons.restore import Live, rebuild
 from nri_resmgr.resmgr.policies.balloons.state import Balloon, Balloons
+from nri_resmgr.resmgr.policies.balloons.subject import container_subject
 from nri_resmgr.resmgr.policies.balloons.types import (
     DEFAULT,
     RESERVED,
+    BalloonsError,
     Matcher,
     balloon_types,
     creation_order,
@@ -28,6 +34,7 @@ from nri_resmgr.resmgr.policies.hardware import HardwarePolicy, reported_cpuset
 from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.resmgr.requests import container_request, milli_cpu_to_shares
 from nri_resmgr.sysfs import System
+from nri_resmgr.sysfs.caches import shared_caches
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +72,26 @@ class BalloonsPolicy(HardwarePolicy):
                 f"spec: balloons needs a BalloonsPolicy spec, got {type(spec).__name__}"
             )
         types = balloon_types(spec)
+        report(spec, NOT_APPLIED)
         allowed = allowed_cpus(self.system, spec.available_resources)
         reserved = reserved_cpus(self.system, spec.reserved_resources, allowed)
+        types, reserved = _reserved_type(spec, types, reserved)
         matcher = Matcher(tuple(types), spec.reserved_pool_namespaces)
-        return Balloons(self.system, spec, allowed, reserved), matcher
+        devices = {}
+        for d in {d for t in types for d in t.prefer_close_to_devices}:
+            cpus = close_cpus(self.system, self.env.host_root, d)
+            if cpus is not None:
+                devices[d] = cpus
+        l2 = shared_caches(self.system, self.env.host_root, 2)
+        state = Balloons(self.system, spec, allowed, reserved, devices, tuple(types), l2)
+        return state, matcher
 
     def _create_min_balloons(self, state: Balloons) -> None:
-        reserved_type = self.matcher.by_name(RESERVED)
-        assert reserved_type is not None
-        if not state.of_type(reserved_type):
-            taken = CpuSet.union_all(b.cpus for b in state.balloons)
-            state.create(reserved_type, cpus=state.reserved - taken)
         for t in creation_order(list(self.matcher.types)):
+            if t.name == RESERVED and state.reserved and not state.of_type(t):
+                # A reserved cpuset: the reserved balloon starts as those CPUs.
+                taken = CpuSet.union_all(b.cpus for b in state.balloons)
+                state.create(t, cpus=state.reserved - taken)
             while len(state.of_type(t)) < max(t.min_balloons, 1 if t.name == DEFAULT else 0):
                 if state.create(t, count=t.min_cpus) is None:
                     raise ConfigError(
@@ -94,7 +109,12 @@ class BalloonsPolicy(HardwarePolicy):
         for a in self.state.members:
             pod, c = self.pods.get(a.pod_id), self.containers.get(a.container_id)
             if pod is not None and c is not None:
-                lives.append(self._live(matcher, pod, c, a.cpus, a.mems))
+                live = self._live(matcher, pod, c, a.cpus, a.mems, running=True)
+                if live.type.name != a.pool.rsplit("[", 1)[0]:
+                    # Its type changed: placed afresh (as upstream re-allocates), rather
+                    # than kept on its CPUs in a new instance of the new type.
+                    live = attrs.evolve(live, cpus=None, mems=None)
+                lives.append(live)
         old = self._state, self._matcher
         self._state, self._matcher = state, matcher
         try:
@@ -111,12 +131,12 @@ class BalloonsPolicy(HardwarePolicy):
         lives = []
         for c in containers:
             pod = self.pods.get(c.pod_id)
-            if pod is None or c.state is ContainerState.STOPPED or _preserved(pod, c):
+            if pod is None or c.state is ContainerState.STOPPED or self._preserved(pod, c):
                 continue
             self.containers[c.id] = c
             res = c.resources or Resources()
             cpus, mems = reported_cpuset(res.cpuset_cpus, c), reported_cpuset(res.cpuset_mems, c)
-            lives.append(self._live(self.matcher, pod, c, cpus, mems))
+            lives.append(self._live(self.matcher, pod, c, cpus, mems, running=True))
         # Start from empty balloons: the running containers say where the balloons are.
         self._state, _ = self._build(self.state.spec)
         updates = self._restore(lives)
@@ -129,7 +149,11 @@ class BalloonsPolicy(HardwarePolicy):
         self._create_min_balloons(state)
         for live in leftovers:
             log.info("%s: cpuset %s matches no balloon; placing afresh", live.name, live.cpus)
-            self._place(live)
+            try:
+                self._place(live)
+            except BalloonsError as e:
+                # It runs already: leave it where it is rather than fail the whole sync.
+                log.error("%s: %s; left as it is", live.name, e)
         for b in state.balloons:
             state.fit(b)
         for live in lives:
@@ -139,23 +163,41 @@ class BalloonsPolicy(HardwarePolicy):
         return state.refresh()
 
     def _live(
-        self, matcher: Matcher, pod: Pod, c: Container, cpus: CpuSet | None, mems: CpuSet | None
+        self,
+        matcher: Matcher,
+        pod: Pod,
+        c: Container,
+        cpus: CpuSet | None,
+        mems: CpuSet | None,
+        running: bool = False,
     ) -> Live:
         request = container_request(pod, c).cpu_request
-        return Live(pod, c, matcher.type_for(pod, c), request, cpus, mems)
+        if not running:
+            return Live(pod, c, matcher.type_for(pod, c), request, cpus, mems)
+        try:
+            t = matcher.type_for(pod, c)
+        except BalloonsError as e:
+            # A running container: a configuration change must not fail it after the fact.
+            log.warning("%s/%s/%s: %s; using the default type", pod.namespace, pod.name, c.name, e)
+            t = matcher.by_name(DEFAULT)  # type: ignore[assignment]
+            assert t is not None
+        return Live(pod, c, t, request, cpus, mems)
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def create_container(self, pod: Pod, container: Container) -> tuple[Adjustment, list[Update]]:
         self.pods.setdefault(pod.id, pod)
-        if _preserved(pod, container):
+        if self._preserved(pod, container):
             return Adjustment(), []
-        self.containers[container.id] = container
         state = self.state
-        state.leave(container.id)
         live = self._live(self.matcher, pod, container, None, None)
+        state.leave(container.id)
         b = self._place(live)
-        cpus, mems = state.desired(b, state.free())
+        self.containers[container.id] = container
+        res = container.resources or Resources()
+        cpus, mems = state.desired(
+            b, state.free(), container.id, reported_cpuset(res.cpuset_mems, container)
+        )
         a = state.members.get(container.id)
         assert a is not None
         state.members.put(_with_applied(a, cpus, mems))
@@ -168,21 +210,42 @@ class BalloonsPolicy(HardwarePolicy):
         return adjustment, state.refresh(skip=container.id)
 
     def _place(self, live: Live) -> Balloon:
+        """Put ``live`` in a balloon of its type; raise BalloonsError if none can take it
+        (upstream fails the container then, rather than using another type)."""
         state = self.state
         ns = live.pod.namespace
-        b = state.choose(live.type, live.pod.id, ns, live.request)
+        group = self._group(live)
+        b = state.choose(live.type, live.pod.id, ns, live.request, group)
         if b is None:
-            default = self.matcher.by_name(DEFAULT)
-            assert default is not None
-            log.warning(
-                "%s: no balloon of type %r can take %d mCPU; using the default balloon",
-                live.name,
-                live.type.name,
-                live.request,
+            raise BalloonsError(
+                f"balloon allocation for container {live.name} failed: no suitable balloon "
+                f"instance available (type {live.type.name!r}, request {live.request} mCPU)"
             )
-            b = state.choose(default, live.pod.id, ns, live.request) or state.of_type(default)[0]
-        state.join(b, live.allocation(), ns)
+        cid = live.container.id
+        if _hide_hyperthreads(live.pod, live.container, live.type):
+            state.no_ht.add(cid)
+        if lookup_bool(live.pod, live.container, "memory.preserve") is True:
+            state.keep_mems.add(cid)
+        state.join(b, live.allocation(), ns, group=group)
         return b
+
+    def _group(self, live: Live) -> str | None:
+        if not live.type.group_by:
+            return None
+        try:
+            return expand(live.type.group_by, container_subject(live.pod, live.container))
+        except KeyError as e:
+            log.error("%s: groupBy of balloon type %r: %s", live.name, live.type.name, e)
+            return None
+
+    def _preserved(self, pod: Pod, c: Container) -> bool:
+        if lookup_bool(pod, c, "cpu.preserve") is True:
+            return True
+        rules = self.state.spec.preserve
+        if rules is None:
+            return False
+        subject = container_subject(pod, c)
+        return any(evaluate(e, subject) for e in rules.match_expressions)
 
     def stop_container(self, pod: Pod, container: Container) -> list[Update]:
         if self.state.leave(container.id) is None:
@@ -194,8 +257,36 @@ class BalloonsPolicy(HardwarePolicy):
         return self.stop_container(pod, container)
 
 
-def _preserved(pod: Pod, c: Container) -> bool:
-    return lookup_bool(pod, c, "cpu.preserve") is True
+def _reserved_type(
+    spec: BalloonsSpec, types: list[BalloonType], reserved: CpuSet
+) -> tuple[list[BalloonType], CpuSet]:
+    """The reserved type as upstream completes it. A reserved cpuset is the reserved
+    balloon's start (and its minCPUs unless set); a quantity is only its minCPUs, the
+    CPUs are chosen like any balloon's (then no CPU is reserved as such)."""
+    text = (spec.reserved_resources.cpu or "").strip()
+    is_set = text.startswith(("cpuset:", "exclude-cpuset:"))
+    out = []
+    for t in types:
+        if t.name == RESERVED:
+            if is_set:
+                t = attrs.evolve(
+                    t, allocator_priority="normal", min_cpus=t.min_cpus or len(reserved)
+                )
+            elif t.min_cpus and t.min_cpus != len(reserved):
+                raise ConfigError(
+                    f"spec.balloonTypes: reserved minCPUs {t.min_cpus} does not match "
+                    f"reservedResources.cpu {text!r}"
+                )
+            else:
+                t = attrs.evolve(t, min_cpus=len(reserved))
+        out.append(t)
+    return out, (reserved if is_set else CpuSet())
+
+
+def _hide_hyperthreads(pod: Pod, c: Container, t: BalloonType) -> bool:
+    """The hide-hyperthreads annotation, else the balloon type's hideHyperthreads."""
+    value = lookup_bool(pod, c, "hide-hyperthreads")
+    return value if value is not None else bool(t.hide_hyperthreads)
 
 
 def _with_applied(a: Allocation, cpus: CpuSet | None, mems: CpuSet | None) -> Allocation:

@@ -63,6 +63,9 @@ def rebuild(state: Balloons, lives: Sequence[Live]) -> list[Live]:
 
 def _restore_balloon(state: Balloons, members: list[Live], own: CpuSet) -> Balloon | None:
     t = members[0].type
+    if t.components:
+        # Which CPUs were which component's is not known: placed afresh.
+        return None
     # CPUs a balloon shares with another one's containers are idle CPUs, not its own; the
     # rest are its own, unless it also borrows idle CPUs nobody else sees (then take the
     # size its members need, tightly).

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
 from nri_resmgr.config.models import BalloonsSpec, BalloonType
 from nri_resmgr.resmgr.cache import Allocation, AllocationCache
-from nri_resmgr.resmgr.cpualloc import pick_cpus, release_order
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Update
+from nri_resmgr.resmgr.policies.balloons import composite, cputree
 from nri_resmgr.sysfs import System
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,10 @@ class Balloon:
     pods: dict[str, str] = attrs.field(factory=dict)
     """container id -> pod id."""
     namespaces: dict[str, str] = attrs.field(factory=dict)
+    groups: dict[str, str] = attrs.field(factory=dict)
+    """container id -> groupBy value (only for types with groupBy)."""
+    components: list[Balloon] = attrs.field(factory=list)
+    """The component balloons of a composite balloon (their CPUs make up ``cpus``)."""
 
     @property
     def name(self) -> str:
@@ -39,6 +43,11 @@ class Balloon:
     @property
     def requested(self) -> int:
         return sum(self.members.values())
+
+
+def single_threads(system: System, cpus: CpuSet) -> CpuSet:
+    """One hyperthread (the lowest in ``cpus``) of every core that has CPUs in ``cpus``."""
+    return CpuSet({min(system.cpus[c].threads & cpus) for c in cpus})
 
 
 def target_cpus(t: BalloonType, requested: int, has_members: bool) -> int:
@@ -50,43 +59,114 @@ def target_cpus(t: BalloonType, requested: int, has_members: bool) -> int:
 
 class Balloons:
     def __init__(
-        self, system: System, spec: BalloonsSpec, allowed: CpuSet, reserved: CpuSet
+        self,
+        system: System,
+        spec: BalloonsSpec,
+        allowed: CpuSet,
+        reserved: CpuSet,
+        devices: Mapping[str, CpuSet] | None = None,
+        types: Sequence[BalloonType] = (),
+        l2: Mapping[int, CpuSet] | None = None,
     ) -> None:
         self.system = system
         self.spec = spec
         self.allowed = allowed
         self.reserved = reserved
         self.isolated = system.isolated & allowed
+        self.types = tuple(types)
+        self.l2 = dict(l2 or {})
+        self._paths: dict[bool, dict[int, tuple[str, ...]]] = {}
+        """CPU -> the CPUs sharing its L2 cache."""
+        self.devices = dict(devices or {})
+        """preferCloseToDevices path -> the CPUs close to it (unreadable ones left out)."""
         self.balloons: list[Balloon] = []
         self.members = AllocationCache()
+        self.no_ht: set[str] = set()
+        """Containers that run on one hyperthread per core (hideHyperthreads)."""
+        self.keep_mems: set[str] = set()
+        """Containers whose memory pinning is preserved (memory.preserve)."""
 
     # -- CPUs -----------------------------------------------------------------------------
 
     def free(self) -> CpuSet:
         return self.allowed - CpuSet.union_all(b.cpus for b in self.balloons)
 
-    def _pick(self, t: BalloonType, near: CpuSet, count: int) -> CpuSet | None:
-        free = self.free()
-        if count > len(free):
-            return None
-        # Isolated CPUs go to types that ask for them, and to others only as a last resort.
-        preferred = free & self.isolated if t.prefer_isol_cpus else free - self.isolated
-        for pool in self._nearby(near, preferred) + self._nearby(near, free):
-            if len(pool) >= count:
-                return pick_cpus(self.system, pool, count)
-        return None
-
-    def _nearby(self, near: CpuSet, free: CpuSet) -> list[CpuSet]:
-        if not near:
-            return [free]
-        nodes = CpuSet.union_all(self.system.nodes[n].cpus for n in self.system.nodes_of(near))
-        packages = CpuSet.union_all(
-            self.system.package_cpus(p) for p in {self.system.cpus[c].package for c in near}
+    def options(self, t: BalloonType) -> cputree.Options:
+        """How CPUs are chosen for balloons of ``t``: the type's allocator settings over the
+        policy's, and the CPUs it prefers (its devices, reserved or isolated CPUs)."""
+        spec = self.spec
+        balancing = t.allocator_topology_balancing
+        spread = t.prefer_spread_on_physical_cores
+        close = self._close_to(t)
+        names = {name for name, _ in close}
+        # What some type prefers, the others avoid (when they can).
+        far = [
+            (name, self.allowed - cpus)
+            for name, cpus in self._preferred_by_any()
+            if name not in names
+        ]
+        spread = spec.prefer_spread_on_physical_cores if spread is None else spread
+        if spread not in self._paths:
+            plain = cputree.Options(spread=spread, l2=self.l2)
+            self._paths[spread] = cputree.tree_paths(self.system, plain)
+        return cputree.Options(
+            balancing=spec.allocator_topology_balancing if balancing is None else balancing,
+            spread=spread,
+            close_to=tuple((cpus,) for _, cpus in close + far),
+            loads=self._loads(t),
+            l2=self.l2,
+            paths=self._paths[spread],
         )
-        return [free & nodes, free & packages, free]
+
+    def _loads(self, t: BalloonType) -> tuple[cputree.Load, ...]:
+        """The loaded cores / L2 caches ``t``'s balloons avoid: the domains of the CPUs of
+        every balloon that puts the same kind of load (its own ones included)."""
+        classes = {lc.name: lc for lc in self.spec.load_classes}
+        out: dict[str, cputree.Load] = {}
+        for name in t.loads:
+            lc = classes.get(name)
+            if lc is None or lc.level in out:
+                continue
+            levels = [
+                b.cpus
+                for b in self.balloons
+                if any(classes[n].level == lc.level for n in b.type.loads if n in classes)
+            ]
+            dynamic = any(
+                classes[n].overloads_level_in_balloon
+                for n in t.loads
+                if n in classes and classes[n].level == lc.level
+            )
+            opts = cputree.Options(l2=self.l2)
+            cpus = cputree.domain(self.system, opts, lc.level, CpuSet.union_all(levels))
+            out[lc.level] = cputree.Load(lc.level, cpus, dynamic)
+        return tuple(out.values())
+
+    def _close_to(self, t: BalloonType) -> list[tuple[str, CpuSet]]:
+        close = []
+        if t.name == "reserved" and self.reserved:
+            close.append(("reserved CPUs", self.reserved))
+        close += [(d, self.devices[d]) for d in t.prefer_close_to_devices if d in self.devices]
+        if t.prefer_isol_cpus and self.isolated:
+            close.append(("isolated CPUs", self.isolated))
+        return close
+
+    def _preferred_by_any(self) -> list[tuple[str, CpuSet]]:
+        """Isolated CPUs first, then every preferred device in the order types name them."""
+        out = [("isolated CPUs", self.isolated)] if self.isolated else []
+        for t in self.types:
+            for entry in self._close_to(t):
+                if entry[0] not in {name for name, _ in out}:
+                    out.append(entry)
+        return out
+
+    def _pick(self, t: BalloonType, near: CpuSet, count: int) -> CpuSet | None:
+        return cputree.grow(self.system, near, self.free(), count, self.options(t))
 
     def resize(self, b: Balloon, count: int) -> bool:
         """Grow or shrink ``b`` to ``count`` CPUs; False if there are not enough free CPUs."""
+        if b.components:
+            return composite.resize(self, b, count)
         have = len(b.cpus)
         if count > have:
             extra = self._pick(b.type, b.cpus, count - have)
@@ -94,16 +174,19 @@ class Balloons:
                 return False
             b.cpus = b.cpus | extra
         elif count < have:
-            # The reserved CPUs configured for the reserved balloon are never given away.
-            keep = self.reserved if b.type.name == "reserved" else CpuSet()
-            giveable = b.cpus - keep
-            b.cpus = b.cpus - release_order(self.system, giveable, min(have - count, len(giveable)))
+            # The reserved balloon gives back other CPUs before the reserved ones.
+            last = self.reserved if b.type.name == "reserved" else CpuSet()
+            opts = self.options(b.type)
+            for giveable in (b.cpus - last, b.cpus & last):
+                n = min(len(b.cpus) - count, len(giveable))
+                b.cpus = b.cpus - cputree.shrink(self.system, giveable, self.free(), n, opts)
         return True
 
     def fit(self, b: Balloon) -> None:
         target = target_cpus(b.type, b.requested, bool(b.members))
-        if b.type.name == "reserved":
-            target = max(target, len(self.reserved & b.cpus))
+        if b.type.name == "reserved" and b.type.min_cpus == 0:
+            # Without minCPUs the reserved balloon is the reserved CPUs (at least).
+            target = max(target, len(self.reserved))
         if not self.resize(b, target):
             # Grow as far as the free CPUs go rather than not at all.
             self.resize(b, len(b.cpus) + len(self.free()))
@@ -120,6 +203,16 @@ class Balloons:
     def create(self, t: BalloonType, cpus: CpuSet | None = None, count: int = 0) -> Balloon | None:
         used = {b.index for b in self.of_type(t)}
         index = next(i for i in range(len(used) + 1) if i not in used)
+        if cpus is None and t.components:
+            parts = composite.components(self, t)
+            if parts is None:
+                return None
+            b = Balloon(t, index, CpuSet(), components=parts)
+            self.balloons.append(b)
+            if count and not self.resize(b, count):
+                self.balloons.remove(b)
+                return None
+            return b
         if cpus is None:
             picked = self._pick(t, CpuSet(), count) if count else CpuSet()
             if picked is None:
@@ -139,7 +232,9 @@ class Balloons:
 
     # -- the fill chain -------------------------------------------------------------------
 
-    def choose(self, t: BalloonType, pod_id: str, namespace: str, request: int) -> Balloon | None:
+    def choose(
+        self, t: BalloonType, pod_id: str, namespace: str, request: int, group: str | None = None
+    ) -> Balloon | None:
         if t.max_cpus < 0:
             return None
         mine = self.of_type(t)
@@ -159,6 +254,10 @@ class Balloons:
         def new() -> Balloon | None:
             return self._new_balloon(t, request)
 
+        def same_group() -> Balloon | None:
+            cands = [b for b in mine if group in b.groups.values() and room(b, True) >= request]
+            return best(cands, False) or best(cands, True)
+
         def same_pod() -> Balloon | None:
             return best([b for b in mine if pod_id in b.pods.values()], True)
 
@@ -166,6 +265,8 @@ class Balloons:
             return best([b for b in mine if namespace in b.namespaces.values()], True)
 
         chain: list[Callable[[], Balloon | None]] = []
+        if group is not None:
+            chain.append(same_group)
         if not t.prefer_spreading_pods:
             chain.append(same_pod)
         if t.prefer_per_namespace_balloon:
@@ -194,21 +295,34 @@ class Balloons:
 
     # -- members --------------------------------------------------------------------------
 
-    def join(self, b: Balloon, a: Allocation, namespace: str, fit: bool = True) -> None:
+    def join(
+        self,
+        b: Balloon,
+        a: Allocation,
+        namespace: str,
+        fit: bool = True,
+        group: str | None = None,
+    ) -> None:
         b.members[a.container_id] = a.request
         b.pods[a.container_id] = a.pod_id
         b.namespaces[a.container_id] = namespace
+        if group is not None:
+            b.groups[a.container_id] = group
         self.members.put(attrs.evolve(a, pool=b.name))
         if fit:
             self.fit(b)
 
     def leave(self, cid: str) -> Balloon | None:
         member = self.members.pop(cid)
+        self.no_ht.discard(cid)
+        self.keep_mems.discard(cid)
         b = self.by_name(member.pool) if member else None
         if b is None:
             return None
-        for d in (b.members, b.pods, b.namespaces):
+        for d in (b.members, b.pods, b.namespaces, b.groups):
             d.pop(cid, None)
+        self.no_ht.discard(cid)
+        self.keep_mems.discard(cid)
         if b.members:
             self.fit(b)
         else:
@@ -230,27 +344,45 @@ class Balloons:
             area = CpuSet.union_all(s.die_cpus(s.cpus[c].package, s.cpus[c].die) for c in b.cpus)
         elif scope == "numa":
             area = CpuSet.union_all(s.nodes[n].cpus for n in s.nodes_of(b.cpus))
-        else:  # core, and l2cache approximated by the core
+        elif scope == "l2cache":
+            area = CpuSet.union_all(self.l2.get(c, s.core_of(c)) for c in b.cpus)
+        else:  # core
             area = CpuSet.union_all(s.core_of(c) for c in b.cpus)
         return idle & area
 
-    def desired(self, b: Balloon, idle: CpuSet) -> tuple[CpuSet | None, CpuSet | None]:
+    def desired(
+        self, b: Balloon, idle: CpuSet, cid: str | None = None, current: CpuSet | None = None
+    ) -> tuple[CpuSet | None, CpuSet | None]:
+        """The cpus and mems of a member of ``b`` (``cid``: the container, for its own
+        hideHyperthreads and memory.preserve; ``current``: its mems now)."""
         if not b.cpus:
             # An over-committed balloon with no CPUs at all: leave the container unpinned
             # rather than hand the runtime an empty cpuset.
             return None, None
         cpus = b.cpus | self.idle_shared(b, idle)
+        if cid in self.no_ht:
+            cpus = single_threads(self.system, cpus)
         pin_memory = self.spec.pin_memory if b.type.pin_memory is None else b.type.pin_memory
         mems = self.system.closest_memory(b.cpus) if pin_memory and b.cpus else None
+        if cid in self.keep_mems and pin_memory:
+            mems = current
         return (cpus if self.spec.pin_cpu else None), mems
 
     def refresh(self, skip: str | None = None) -> list[Update]:
         idle = self.free()
-        wanted = {b.name: self.desired(b, idle) for b in self.balloons}
+        by_name = {b.name: b for b in self.balloons}
+        # One computation per balloon; only members with their own settings get their own.
+        common = {b.name: self.desired(b, idle) for b in self.balloons}
         updates: list[Update] = []
         for m in sorted(self.members, key=lambda m: m.container_id):
             cid = m.container_id
-            cpus, mems = wanted.get(m.pool, (None, None))
+            b = by_name.get(m.pool)
+            if b is None:
+                cpus, mems = None, None
+            elif cid in self.no_ht or cid in self.keep_mems:
+                cpus, mems = self.desired(b, idle, cid, m.mems)
+            else:
+                cpus, mems = common[b.name]
             if cid == skip or (cpus, mems) == (m.cpus, m.mems):
                 continue
             self.members.put(attrs.evolve(m, cpus=cpus, mems=mems))

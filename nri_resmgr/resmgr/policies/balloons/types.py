@@ -8,10 +8,13 @@ import logging
 
 import attrs
 
+from nri_resmgr.config.expressions import evaluate
 from nri_resmgr.config.models import BalloonsSpec, BalloonType
 from nri_resmgr.config.validate import validate_spec
+from nri_resmgr.errors import ResmgrError
 from nri_resmgr.resmgr.annotations import lookup
 from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.resmgr.policies.balloons.subject import container_subject
 
 log = logging.getLogger(__name__)
 
@@ -23,16 +26,29 @@ ANNOTATION = "balloon.balloons"
 PRIORITY_ORDER = {"high": 0, "normal": 1, "low": 2, "none": 3}
 
 
+class BalloonsError(ResmgrError):
+    """A container the balloons policy cannot place: its creation fails with this reason."""
+
+
 def balloon_types(spec: BalloonsSpec) -> list[BalloonType]:
     """The types in matching order: reserved first and default last unless user-defined."""
     # The loader validated already; a spec built in code gets the same checks here.
     validate_spec(spec)
-    types = list(spec.balloon_types)
+    # There is exactly one reserved balloon, whatever the user's type says; the built-in
+    # default type has one instance, as upstream's.
+    types = [
+        attrs.evolve(t, min_balloons=1, max_balloons=1) if t.name == RESERVED else t
+        for t in spec.balloon_types
+    ]
     names = {t.name for t in types}
     if RESERVED not in names:
-        types.insert(0, BalloonType(name=RESERVED, min_balloons=1, max_balloons=1))
+        types.insert(
+            0, BalloonType(name=RESERVED, min_balloons=1, max_balloons=1, allocator_priority="low")
+        )
     if DEFAULT not in names:
-        types.append(BalloonType(name=DEFAULT, min_balloons=1))
+        types.append(
+            BalloonType(name=DEFAULT, min_balloons=1, max_balloons=1, allocator_priority="low")
+        )
     return types
 
 
@@ -54,20 +70,18 @@ class Matcher:
         return next((t for t in self.types if t.name == name), None)
 
     def type_for(self, pod: Pod, container: Container) -> BalloonType:
+        """The annotated type, else the first whose matchExpressions or namespaces match,
+        else ``default``; an annotation naming no type fails (as upstream's does)."""
         wanted = lookup(pod, container, ANNOTATION)
         if wanted is not None:
             t = self.by_name(wanted.strip())
-            if t is not None:
-                return t
-            log.warning(
-                "%s/%s/%s: unknown balloon type %r in annotation %s; matching by namespace",
-                pod.namespace,
-                pod.name,
-                container.name,
-                wanted,
-                ANNOTATION,
-            )
+            if t is None:
+                raise BalloonsError(f"no balloon for annotation {wanted!r} ({ANNOTATION})")
+            return t
+        subject = container_subject(pod, container)
         for t in self.types:
+            if any(evaluate(e, subject) for e in t.match_expressions):
+                return t
             if t.name == RESERVED and _matches(
                 pod.namespace, (KUBE_SYSTEM, *self.reserved_namespaces)
             ):
