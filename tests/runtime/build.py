@@ -45,17 +45,28 @@ def ensure_containerd() -> Path:
     ldflags = f"-s -w -X {CONTAINERD_PKG}/version.Version={CONTAINERD_VERSION}"
     ldflags += f" -X {CONTAINERD_PKG}/version.Package={CONTAINERD_PKG}"
     at = f"@{CONTAINERD_VERSION}"
-    _install(tmp, "urfave_cli_no_docs no_btrfs", ldflags,
-             f"{CONTAINERD_PKG}/cmd/containerd{at}", f"{CONTAINERD_PKG}/cmd/ctr{at}")  # fmt: skip
+    _install(
+        tmp,
+        "urfave_cli_no_docs no_btrfs",
+        ldflags,
+        f"{CONTAINERD_PKG}/cmd/containerd{at}",
+        f"{CONTAINERD_PKG}/cmd/ctr{at}",
+    )
     # The shim speaks ttrpc only; no_grpc keeps gRPC out of every per-pod process.
-    _install(tmp, "urfave_cli_no_docs no_btrfs no_grpc", ldflags,
-             f"{CONTAINERD_PKG}/cmd/containerd-shim-runc-v2{at}")  # fmt: skip
+    _install(
+        tmp,
+        "urfave_cli_no_docs no_btrfs no_grpc",
+        ldflags,
+        f"{CONTAINERD_PKG}/cmd/containerd-shim-runc-v2{at}",
+    )
     crictl_ldflags = f"-s -w -X {CRICTL_PKG}/pkg/version.Version={CRICTL_VERSION}"
     _install(tmp, "", crictl_ldflags, f"{CRICTL_PKG}/cmd/crictl@{CRICTL_VERSION}")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    print(f"built containerd {CONTAINERD_VERSION} + crictl in {time.monotonic() - started:.0f}s",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"built containerd {CONTAINERD_VERSION} + crictl in {time.monotonic() - started:.0f}s",
+        file=sys.stderr,
+    )
     return out
 
 

@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.build import cache_dir
-from tests.runtime.build import RUNTIME_PACKAGES, PeerUnavailable, ensure_containerd, ensure_packages
+from tests.runtime.build import (
+    RUNTIME_PACKAGES,
+    PeerUnavailable,
+    ensure_containerd,
+    ensure_packages,
+)
 from tests.runtime.containerd import Containerd
 from tests.runtime.cri import Cri
 from tests.runtime.daemon import Daemon

@@ -97,8 +97,9 @@ class Containerd:
     def write_config(self) -> None:
         for sub in ("nri/plugins", "nri/conf.d", "cni/bin", "cni/conf"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        text = CONFIG.format(d=self.dir, runc=self.runc, image=self.image,
-                             request_timeout=f"{REQUEST_TIMEOUT:g}s")  # fmt: skip
+        text = CONFIG.format(
+            d=self.dir, runc=self.runc, image=self.image, request_timeout=f"{REQUEST_TIMEOUT:g}s"
+        )
         self.config_path.write_text(text)
 
     def start(self) -> None:
@@ -106,16 +107,25 @@ class Containerd:
         log = self.log_path.open("ab")
         env = os.environ | {"PATH": f"{self.bindir}:{os.environ.get('PATH', '')}"}
         self.proc = subprocess.Popen(
-            [str(self.bindir / "containerd"), "--config", str(self.config_path),
-             "--log-level", "info"],
-            stdout=log, stderr=log, env=env, start_new_session=True,
-        )  # fmt: skip
+            [
+                str(self.bindir / "containerd"),
+                "--config",
+                str(self.config_path),
+                "--log-level",
+                "info",
+            ],
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
         log.close()
         self.starts += 1
 
         def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
-                raise PeerUnavailable(f"containerd exited {self.proc.returncode}:\n{self.log_tail()}")
+                code = self.proc.returncode
+                raise PeerUnavailable(f"containerd exited {code}:\n{self.log_tail()}")
             return self.crictl_ok("info")
 
         wait_for("containerd's CRI to answer", ready)
@@ -146,8 +156,16 @@ class Containerd:
     # -- CLI helpers --------------------------------------------------------------------
 
     def crictl(self, *args: str, timeout: str = "30s") -> str:
-        cmd = [str(self.bindir / "crictl"), "--runtime-endpoint", f"unix://{self.address}",
-               "--image-endpoint", f"unix://{self.address}", "--timeout", timeout, *args]  # fmt: skip
+        cmd = [
+            str(self.bindir / "crictl"),
+            "--runtime-endpoint",
+            f"unix://{self.address}",
+            "--image-endpoint",
+            f"unix://{self.address}",
+            "--timeout",
+            timeout,
+            *args,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"crictl {' '.join(args)} failed: {proc.stderr.strip()}")

@@ -95,9 +95,16 @@ class Cri:
         path.write_text(json.dumps(config))
         return self.runtime.crictl("runp", str(path)).strip(), path
 
-    def container(self, pod_id: str, pod_config: Path, name: str, res: Resources,
-                  extra: dict[str, object] | None = None,
-                  command: tuple[str, ...] = ("/bin/sleep", "3600")) -> Container:  # fmt: skip
+    def container(
+        self,
+        pod_id: str,
+        pod_config: Path,
+        name: str,
+        res: Resources,
+        extra: dict[str, object] | None = None,
+        command: tuple[str, ...] = ("/bin/sleep", "3600"),
+        timeout: str = "30s",
+    ) -> Container:
         """Create and start a container; its PID comes from crictl inspect."""
         config: dict[str, object] = {
             "metadata": {"name": name},
@@ -110,14 +117,17 @@ class Cri:
             config |= extra
         path = self.workdir / f"ctr-{pod_id[:12]}-{name}.json"
         path.write_text(json.dumps(config))
-        cid = self.runtime.crictl("create", pod_id, str(path), str(pod_config)).strip()
+        cid = self.runtime.crictl("create", pod_id, str(path), str(pod_config), timeout=timeout)
+        cid = cid.strip()
         self.runtime.crictl("start", cid)
         return Container(cid, pod_id, name, self.pid(cid))
 
-    def run(self, name: str, res: Resources, namespace: str = "default") -> Container:
+    def run(
+        self, name: str, res: Resources, namespace: str = "default", timeout: str = "30s"
+    ) -> Container:
         """A one-container pod with the QoS class of ``res``."""
         pod_id, pod_config = self.pod(name, res.qos, namespace)
-        return self.container(pod_id, pod_config, name, res)
+        return self.container(pod_id, pod_config, name, res, timeout=timeout)
 
     def pid(self, cid: str) -> int:
         info = json.loads(self.runtime.crictl("inspect", cid))

@@ -38,8 +38,17 @@ class Daemon:
     def start(self, wait: bool = True) -> None:
         before = registrations(self.runtime)
         log = self.log_path.open("ab")
-        argv = [sys.executable, "-m", "nri_resmgr", "--config-file", str(self.config),
-                "--nri-socket", self.runtime.nri_socket, "--log-level", "debug"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "nri_resmgr",
+            "--config-file",
+            str(self.config),
+            "--nri-socket",
+            self.runtime.nri_socket,
+            "--log-level",
+            "debug",
+        ]
         self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=dict(os.environ))
         log.close()
         if wait:

@@ -22,8 +22,14 @@ LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar"
 PAUSE = b"#!/bin/sh\ntrap 'exit 0' TERM INT\nsleep 2147483647 &\nwait\n"
 
 
-def _entry(tar: tarfile.TarFile, name: str, kind: bytes, data: bytes = b"", mode: int = 0o755,
-           link: str = "") -> None:  # fmt: skip
+def _entry(
+    tar: tarfile.TarFile,
+    name: str,
+    kind: bytes,
+    data: bytes = b"",
+    mode: int = 0o755,
+    link: str = "",
+) -> None:
     info = tarfile.TarInfo(name)
     info.type, info.mode, info.mtime, info.linkname = kind, mode, 0, link
     info.size = len(data)
@@ -58,9 +64,9 @@ def make_image(out: Path) -> Path:
     busybox = Path(shutil.which("busybox") or "/bin/busybox")
     layer = _layer(busybox)
     diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
-    if out.exists() and out.with_suffix(".id").exists():
-        if out.with_suffix(".id").read_text() == diff_id:
-            return out
+    stamp = out.with_suffix(".id")
+    if out.exists() and stamp.exists() and stamp.read_text() == diff_id:
+        return out
     config = {
         "architecture": "amd64",
         "os": "linux",
@@ -75,24 +81,34 @@ def make_image(out: Path) -> Path:
         layer_digest = _blob(tar, layer)
         config_bytes = _json(config)
         config_digest = _blob(tar, config_bytes)
-        manifest = _json({
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                       "digest": config_digest, "size": len(config_bytes)},
-            "layers": [{"mediaType": LAYER_TYPE, "digest": layer_digest, "size": len(layer)}],
-        })  # fmt: skip
+        manifest = _json(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {
+                    "mediaType": "application/vnd.oci.image.config.v1+json",
+                    "digest": config_digest,
+                    "size": len(config_bytes),
+                },
+                "layers": [{"mediaType": LAYER_TYPE, "digest": layer_digest, "size": len(layer)}],
+            }
+        )
         manifest_digest = _blob(tar, manifest)
         index = {
             "schemaVersion": 2,
-            "manifests": [{
-                "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "digest": manifest_digest, "size": len(manifest),
-                "platform": {"architecture": "amd64", "os": "linux"},
-                "annotations": {"io.containerd.image.name": IMAGE_NAME,
-                                "org.opencontainers.image.ref.name": "1"},
-            }],
-        }  # fmt: skip
+            "manifests": [
+                {
+                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "digest": manifest_digest,
+                    "size": len(manifest),
+                    "platform": {"architecture": "amd64", "os": "linux"},
+                    "annotations": {
+                        "io.containerd.image.name": IMAGE_NAME,
+                        "org.opencontainers.image.ref.name": "1",
+                    },
+                }
+            ],
+        }
         _entry(tar, "oci-layout", tarfile.REGTYPE, _json({"imageLayoutVersion": "1.0.0"}), 0o644)
         _entry(tar, "index.json", tarfile.REGTYPE, _json(index), 0o644)
     tmp.replace(out)

@@ -87,7 +87,9 @@ def test_a_changed_config_file_moves_running_containers_in_their_cgroups(
     assert (placement(system).cpus, placement(besteffort).cpus) == ("0", "1")
 
     daemon.config.write_text(TOPOLOGY_AWARE % "1")
-    wait_for("the reserved pool to move to CPU 1",
-             lambda: placement(system).cpus == "1" and placement(besteffort).cpus == "0")  # fmt: skip
+    wait_for(
+        "the reserved pool to move to CPU 1",
+        lambda: placement(system).cpus == "1" and placement(besteffort).cpus == "0",
+    )
     assert placement(system).allowed == "1"
     assert placement(besteffort).allowed == "0"
