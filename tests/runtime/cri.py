@@ -102,17 +102,18 @@ class Cri:
         name: str,
         res: Resources,
         extra: dict[str, object] | None = None,
-        command: tuple[str, ...] = ("/bin/sleep", "3600"),
+        command: tuple[str, ...] | None = ("/bin/sleep", "3600"),
         timeout: str = "30s",
     ) -> Container:
         """Create and start a container; its PID comes from crictl inspect."""
         config: dict[str, object] = {
             "metadata": {"name": name},
             "image": {"image": self.runtime.image},
-            "command": list(command),
             "log_path": f"{name}.log",
             "linux": {"resources": res.linux()},
         }
+        if command is not None:
+            config["command"] = list(command)
         if extra:
             config |= extra
         path = self.workdir / f"ctr-{pod_id[:12]}-{name}.json"
