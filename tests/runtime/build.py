@@ -9,11 +9,14 @@ only). Run ``python -m tests.runtime.build`` to build ahead of the tests.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.conformance.build import cache_dir, go_env, go_tool
@@ -33,11 +36,28 @@ def runtime_dir() -> Path:
     return cache_dir() / "runtime" / f"containerd-{CONTAINERD_VERSION}"
 
 
+@contextlib.contextmanager
+def build_lock(name: str) -> Iterator[None]:
+    """One builder at a time per peer across concurrent test sessions sharing the cache."""
+    path = cache_dir() / "runtime" / f".{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_containerd() -> Path:
     """The directory holding containerd, ctr, the runc shim and crictl; built on first use."""
     out = runtime_dir()
     if all((out / b).exists() for b in BINARIES):
         return out
+    with build_lock(out.name):
+        if not all((out / b).exists() for b in BINARIES):
+            _build_containerd(out)
+    return out
+
+
+def _build_containerd(out: Path) -> None:
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tests.conformance.build import cache_dir
-from tests.runtime.build import PeerUnavailable, ensure_packages
+from tests.runtime.build import PeerUnavailable, build_lock, ensure_packages
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/nri-resmgr:test"
@@ -85,6 +85,11 @@ def inputs_hash(base: str) -> str:
 def ensure_image() -> Path:
     """The built image as an OCI archive (rebuilt only when an input changed)."""
     ensure_packages(IMAGE_PACKAGES)
+    with build_lock("image"):
+        return _ensure_image()
+
+
+def _ensure_image() -> Path:
     base = ensure_base()
     archive = image_dir() / "nri-resmgr.oci.tar"
     stamp = archive.with_suffix(".sha256")
