@@ -3,6 +3,7 @@ balloon type for namespace ``dedicated``, the built-in default balloon for every
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,10 +29,13 @@ spec:
 
 
 @pytest.fixture
-def balloons(containerd: Containerd, tmp_path: Path) -> Daemon:
+def balloons(containerd: Containerd, tmp_path: Path) -> Iterator[Daemon]:
     d = Daemon(containerd, tmp_path, BALLOONS)
-    d.start()
-    return d
+    try:
+        d.start()
+        yield d
+    finally:
+        d.kill()
 
 
 def test_balloons_place_each_class_and_hand_a_dedicated_cpu_back(
