@@ -87,7 +87,61 @@ def _build_containerd(out: Path) -> None:
         f"built containerd {CONTAINERD_VERSION} + crictl in {time.monotonic() - started:.0f}s",
         file=sys.stderr,
     )
+
+
+LEGACY_VERSION = "v1.7.24"  # the last 1.7 release on NRI v0.6.1 (v1.7.27+ vendor v0.8.0)
+LEGACY_PKG = "github.com/containerd/containerd"
+LEGACY_BINARIES = ("containerd", "ctr", "containerd-shim-runc-v2")
+
+
+def legacy_dir() -> Path:
+    return cache_dir() / "runtime" / f"containerd-{LEGACY_VERSION}"
+
+
+def ensure_legacy_containerd() -> Path:
+    """containerd 1.7 (NRI v0.6: events as StateChange), its ctr and shim; crictl is v2's.
+
+    Its go.mod carries exclude directives, so ``go install pkg@version`` refuses it: the
+    commands are built from a throwaway main module that requires it, as tests/kube does.
+    """
+    out = legacy_dir()
+    if all((out / b).exists() for b in LEGACY_BINARIES):
+        return out
+    with build_lock(out.name):
+        if not all((out / b).exists() for b in LEGACY_BINARIES):
+            _build_legacy(out)
     return out
+
+
+def _build_legacy(out: Path) -> None:
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    module = cache_dir() / "build" / f"containerd-{LEGACY_VERSION}"
+    shutil.rmtree(module, ignore_errors=True)
+    module.mkdir(parents=True)
+    (module / "go.mod").write_text("module nri-resmgr.local/build/containerd17\n\ngo 1.23\n")
+    started = time.monotonic()
+    _go(module, "get", f"{LEGACY_PKG}@{LEGACY_VERSION}")
+    ldflags = f"-s -w -X {LEGACY_PKG}/version.Version={LEGACY_VERSION}"
+    ldflags += f" -X {LEGACY_PKG}/version.Package={LEGACY_PKG}"
+    for name in LEGACY_BINARIES:
+        _go(module, "build", "-trimpath", "-tags", "urfave_cli_no_docs no_btrfs",
+            "-ldflags", ldflags, "-o", str(tmp / name), f"{LEGACY_PKG}/cmd/{name}")  # fmt: skip
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    took = time.monotonic() - started
+    print(f"built containerd {LEGACY_VERSION} in {took:.0f}s", file=sys.stderr)
+
+
+def _go(cwd: Path, *args: str) -> None:
+    cmd = [go_tool(), *args]
+    if shutil.which("nice"):
+        cmd = ["nice", "-n", "10", *cmd]
+    proc = subprocess.run(cmd, cwd=cwd, env=go_env(), capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        raise PeerUnavailable(f"`go {' '.join(args[:2])}` in {cwd} failed:\n{tail}")
 
 
 def _install(gobin: Path, tags: str, ldflags: str, *packages: str) -> None:
@@ -132,6 +186,7 @@ RUNTIME_PACKAGES = {"runc": "runc", "busybox-static": "busybox"}
 def main() -> None:
     ensure_packages(RUNTIME_PACKAGES)
     print(ensure_containerd())
+    print(ensure_legacy_containerd())
 
 
 if __name__ == "__main__":

@@ -65,6 +65,46 @@ state = '{d}/state'
   stream_server_port = '0'
 """
 
+# containerd 1.7: config version 2, CRI options in one plugin section; NRI is off unless
+# enabled here (its NRI v0.6 sends container events to plugins as StateChange).
+CONFIG_1_7 = """\
+version = 2
+root = '{d}/root'
+state = '{d}/state'
+
+[grpc]
+  address = '{d}/containerd.sock'
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = '{d}/nri/nri.sock'
+  plugin_path = '{d}/nri/plugins'
+  plugin_config_path = '{d}/nri/conf.d'
+  plugin_registration_timeout = '5s'
+  plugin_request_timeout = '{request_timeout}'
+  disable_connections = false
+
+[plugins.'io.containerd.grpc.v1.cri']
+  disable_tcp_service = true
+  stream_server_address = '127.0.0.1'
+  stream_server_port = '0'
+  restrict_oom_score_adj = true
+  sandbox_image = '{image}'
+  enable_cdi = false
+  [plugins.'io.containerd.grpc.v1.cri'.cni]
+    bin_dir = '{d}/cni/bin'
+    conf_dir = '{d}/cni/conf'
+  [plugins.'io.containerd.grpc.v1.cri'.containerd]
+    snapshotter = 'overlayfs'
+    default_runtime_name = 'runc'
+    [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc]
+      runtime_type = 'io.containerd.runc.v2'
+      [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = '{runc}'
+        Root = '{d}/runc'
+"""
+
 REQUEST_TIMEOUT = 2.0  # containerd's plugin_request_timeout, in seconds
 
 
@@ -78,8 +118,18 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> Non
 
 
 class Containerd:
-    def __init__(self, bindir: Path, workdir: Path, image: str, runc: str) -> None:
+    def __init__(
+        self,
+        bindir: Path,
+        workdir: Path,
+        image: str,
+        runc: str,
+        config: str = CONFIG,
+        crictl: Path | None = None,
+    ) -> None:
         self.bindir = bindir
+        self.template = config
+        self.crictl_path = crictl or bindir / "crictl"
         self.dir = workdir
         self.image = image
         self.runc = runc
@@ -97,7 +147,7 @@ class Containerd:
     def write_config(self) -> None:
         for sub in ("nri/plugins", "nri/conf.d", "cni/bin", "cni/conf"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        text = CONFIG.format(
+        text = self.template.format(
             d=self.dir, runc=self.runc, image=self.image, request_timeout=f"{REQUEST_TIMEOUT:g}s"
         )
         self.config_path.write_text(text)
@@ -157,7 +207,7 @@ class Containerd:
 
     def crictl(self, *args: str, timeout: str = "30s") -> str:
         cmd = [
-            str(self.bindir / "crictl"),
+            str(self.crictl_path),
             "--runtime-endpoint",
             f"unix://{self.address}",
             "--image-endpoint",

@@ -57,6 +57,9 @@ def test_a_guaranteed_container_gets_an_exclusive_cpu_and_removal_hands_it_back(
     assert (g.cpus, g.allowed, g.mems) == ("1", "1", "0")
     assert (g.shares, g.quota, g.memory_limit) == (1024, PERIOD, 64 * MIB)
     assert placement(system).cpus == "0", "the exclusive CPU is used by no one else"
+    # On one free CPU an exclusive and a shared grant look alike in the kernel: the policy's
+    # own account says which it made.
+    assert "default/g/g: exclusive in socket #0: cpus 1" in daemon.log_path.read_text()
 
     cri.remove_pod(guaranteed.pod_id)
     after = cri.run("be", BESTEFFORT)
