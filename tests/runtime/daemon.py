@@ -16,8 +16,11 @@ PLUGIN = "90-resource-manager"
 
 
 def registrations(runtime: Containerd) -> int:
-    """How many times containerd has logged our plugin as connected and synchronized."""
-    return len(re.findall(rf'plugin \\"{PLUGIN}\\" connected and synchronized', runtime.log_text()))
+    """How many times containerd has logged our plugin connected (and synchronized): NRI
+    v0.11 logs ``plugin "X" connected and synchronized``, NRI v0.6 ``plugin "X" connected``,
+    both after Synchronize."""
+    pattern = rf'plugin \\"{PLUGIN}\\" connected(?: and synchronized)?"'
+    return len(re.findall(pattern, runtime.log_text()))
 
 
 def registered_pids(runtime: Containerd) -> list[int]:

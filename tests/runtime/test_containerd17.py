@@ -19,7 +19,7 @@ from tests.runtime.build import PeerUnavailable, ensure_legacy_containerd
 from tests.runtime.conftest import TOPOLOGY_AWARE, unavailable
 from tests.runtime.containerd import CONFIG_1_7, Containerd
 from tests.runtime.cri import BESTEFFORT, BURSTABLE_250M, GUARANTEED_1CPU, MIB, Cri, placement
-from tests.runtime.daemon import Daemon, registered_pids
+from tests.runtime.daemon import Daemon
 from tests.runtime.ociimage import IMAGE_NAME, make_image
 
 
@@ -70,8 +70,8 @@ def daemon17(containerd17: Containerd, tmp_path: Path) -> Iterator[Daemon]:
 def test_containerd_1_7_registers_our_plugin_and_it_places_every_class(
     containerd17: Containerd, cri17: Cri, daemon17: Daemon
 ) -> None:
-    assert daemon17.proc is not None
-    assert daemon17.proc.pid in registered_pids(containerd17)
+    # NRI v0.6 logs no PID: the daemon fixture waited for `plugin "90-resource-manager"
+    # connected` in containerd's log; the daemon names the runtime that configured it.
     assert "configured by containerd v1.7.24" in daemon17.log_path.read_text()
     system = cri17.run("kube-proxy", BESTEFFORT, namespace="kube-system")
     besteffort = cri17.run("be", BESTEFFORT)
