@@ -51,7 +51,8 @@ def ensure_base() -> str:
     """The base image as ``name@sha256:<digest>``: Debian bookworm with python3 and venv."""
     rootfs = image_dir() / "base-rootfs.tar"
     if not rootfs.exists():
-        tmp = rootfs.with_suffix(".tmp")
+        rootfs.parent.mkdir(parents=True, exist_ok=True)
+        tmp = rootfs.with_suffix(".tmp.tar")  # mmdebstrap picks the format by the suffix
         _run("mmdebstrap", "--variant=apt", "--include=python3,python3-venv", "bookworm",
              str(tmp))  # fmt: skip
         tmp.replace(rootfs)
