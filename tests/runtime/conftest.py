@@ -23,7 +23,7 @@ from tests.runtime.build import (
 )
 from tests.runtime.containerd import Containerd
 from tests.runtime.cri import Cri
-from tests.runtime.daemon import Daemon
+from tests.runtime.daemon import LIVE, Daemon
 from tests.runtime.ociimage import IMAGE_NAME, make_image
 
 
@@ -58,6 +58,8 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]
     try:
         yield runtime
     finally:
+        for daemon in list(LIVE):
+            daemon.kill()
         runtime.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -29,6 +29,10 @@ def registered_pids(runtime: Containerd) -> list[int]:
     return [int(pid) for pid in re.findall(pattern, runtime.log_text())]
 
 
+LIVE: set[Daemon] = set()
+"""Every started daemon; the containerd fixture kills leftovers, so none outlives a session."""
+
+
 class Daemon:
     def __init__(self, runtime: Containerd, workdir: Path, config: str) -> None:
         self.runtime = runtime
@@ -53,6 +57,7 @@ class Daemon:
             "debug",
         ]
         self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=dict(os.environ))
+        LIVE.add(self)
         log.close()
         if wait:
             self.wait_registered(before)
@@ -72,12 +77,14 @@ class Daemon:
             return self.proc.wait(timeout=30)
         finally:
             self.proc = None
+            LIVE.discard(self)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+        LIVE.discard(self)
 
     def log_tail(self, lines: int = 30) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
