@@ -151,6 +151,7 @@ class Containerd:
             d=self.dir, runc=self.runc, image=self.image, request_timeout=f"{REQUEST_TIMEOUT:g}s"
         )
         self.config_path.write_text(text)
+        (self.dir / "crictl.yaml").write_text(f"runtime-endpoint: unix://{self.address}\n")
 
     def start(self) -> None:
         started = time.monotonic()
@@ -208,6 +209,8 @@ class Containerd:
     def crictl(self, *args: str, timeout: str = "30s") -> str:
         cmd = [
             str(self.crictl_path),
+            "--config",  # ours, so no /etc/crictl.yaml (or its absence) comes into play
+            str(self.dir / "crictl.yaml"),
             "--runtime-endpoint",
             f"unix://{self.address}",
             "--image-endpoint",
