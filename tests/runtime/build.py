@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.conformance.build import cache_dir, go_env, go_tool
+from tests.conformance.build import BuildError, cache_dir, go_env, go_tool
 
 CONTAINERD_VERSION = "v2.2.9"
 CRICTL_VERSION = "v1.34.0"
@@ -134,8 +134,15 @@ def _build_legacy(out: Path) -> None:
     print(f"built containerd {LEGACY_VERSION} in {took:.0f}s", file=sys.stderr)
 
 
+def _go_tool() -> str:
+    try:
+        return go_tool()
+    except BuildError as exc:
+        raise PeerUnavailable(str(exc)) from exc
+
+
 def _go(cwd: Path, *args: str) -> None:
-    cmd = [go_tool(), *args]
+    cmd = [_go_tool(), *args]
     if shutil.which("nice"):
         cmd = ["nice", "-n", "10", *cmd]
     proc = subprocess.run(cmd, cwd=cwd, env=go_env(), capture_output=True, text=True, check=False)
@@ -148,7 +155,7 @@ def _install(gobin: Path, tags: str, ldflags: str, *packages: str) -> None:
     cmd = ["go", "install", "-trimpath", "-ldflags", ldflags]
     if tags:
         cmd += ["-tags", tags]
-    cmd = [go_tool(), *cmd[1:], *packages]
+    cmd = [_go_tool(), *cmd[1:], *packages]
     if shutil.which("nice"):
         cmd = ["nice", "-n", "10", *cmd]
     env = go_env() | {"GOBIN": str(gobin)}
