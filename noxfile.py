@@ -102,3 +102,26 @@ def helm(session: nox.Session) -> None:
     session.run("python", "tools/gencrd.py", "--check")
     session.run("python", "-m", "tests.helm.helmbuild", env=env)
     session.run("pytest", "tests/helm", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
+def lock(session: nox.Session) -> None:
+    """Regenerate the image's hashed lock files (requirements/*.lock) with uv."""
+    session.install("uv>=0.9,<1")
+    common = ["--generate-hashes", "--python-version", PYTHON, "--custom-compile-command",
+              "nox -s lock", "--quiet"]  # fmt: skip
+    session.run(
+        "uv", "pip", "compile", "pyproject.toml", *common, "-o", "requirements/runtime.lock"
+    )
+    session.run(
+        "uv", "pip", "compile", "requirements/build.in", *common, "-o", "requirements/build.lock"
+    )
+
+
+@nox.session(python=PYTHON)
+def runtime(session: nox.Session) -> None:
+    """Build containerd + crictl (cached) and the image, then the real-runtime tests."""
+    install_project(session, "test")
+    env = {"NRI_RESMGR_CACHE": str(CACHE)}
+    session.run("python", "-m", "tests.runtime.build", env=env)
+    session.run("pytest", "tests/runtime", *session.posargs, env=env)
