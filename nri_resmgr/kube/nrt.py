@@ -116,7 +116,9 @@ class NrtExporter:
             try:
                 await self.publish()
             except ApiError as exc:
-                log.warning("NodeResourceTopology %s: %s; retrying", self.node_name, exc)
+                # A 404 on create: the API has no such resource (the CRD is not installed).
+                hint = " (is the NodeResourceTopology CRD installed?)" if exc.status == 404 else ""
+                log.warning("NodeResourceTopology %s: %s%s; retrying", self.node_name, exc, hint)
                 await self._backoff.sleep()
                 continue
             self._backoff.reset()
