@@ -15,7 +15,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import trio
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -24,6 +30,9 @@ if TYPE_CHECKING:
 
     from nri_resmgr.resmgr.policy import Policy
 
+# No *_created series: a daemon restart resets every counter anyway, and they double the
+# size of each scrape.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 # Sub-millisecond to the NRI request timeout (2 s by default): where our latencies fall.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from nri_resmgr.resmgr.cache import Kind
 from nri_resmgr.resmgr.exports import PolicyGauge, TopologyZone, ZoneResource, milli
 from nri_resmgr.resmgr.model import Container
 from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
@@ -39,7 +40,7 @@ def _mem_assigned(engine: Engine, pool: Pool, containers: Mapping[str, Container
 def _containers(engine: Engine, pool: Pool) -> tuple[int, int]:
     """(all, shared) containers granted in this very pool."""
     mine = [a for a in engine.cache if a.pool == pool.name]
-    return len(mine), sum(1 for a in mine if a.shared_part > 0)
+    return len(mine), sum(1 for a in mine if a.kind in (Kind.SHARED, Kind.MIXED))
 
 
 def gauges(engine: Engine, containers: Mapping[str, Container]) -> list[PolicyGauge]:
