@@ -19,12 +19,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import trio
-from hypercorn.app_wrappers import ASGIWrapper
-from hypercorn.config import Config, Sockets
-
-# worker_serve is hypercorn's trio worker loop; unlike serve() it takes bound sockets, which
-# is what lets a reconfigure bind (and fail) before it commits. Pinned by the version range.
-from hypercorn.trio.run import worker_serve
 from prometheus_client.exposition import choose_encoder
 
 from nri_resmgr.backoff import Backoff
@@ -143,6 +137,14 @@ class HttpService:
             return
 
     async def _run_on(self, endpoint: Endpoint, sock: socket.socket) -> None:
+        # Imported here: a daemon without an endpoint never pays for hypercorn (~50-200 ms).
+        from hypercorn.app_wrappers import ASGIWrapper
+        from hypercorn.config import Config, Sockets
+
+        # worker_serve is hypercorn's trio worker loop; unlike serve() it takes bound sockets,
+        # which lets a reconfigure bind (and fail) before it commits. Pinned by the version range.
+        from hypercorn.trio.run import worker_serve
+
         config = Config()
         config.accesslog = None
         config.errorlog = logging.getLogger("hypercorn.error")
