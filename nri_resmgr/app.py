@@ -45,6 +45,7 @@ def build_services(
     kube: KubeClient | None = None,
 ) -> list[Service]:
     from nri_resmgr.dra.setup import build_dra_plugin
+    from nri_resmgr.instrumentation.setup import instrumentation_services
     from nri_resmgr.nri.service import NriService
 
     services: list[Service] = [
@@ -71,7 +72,15 @@ def build_services(
     )
     if dra is not None:
         services.append(dra)
-    return services
+    # First to start, last to stop: the probes answer while everything else starts and stops.
+    observability = instrumentation_services(
+        manager,
+        node_name=options.node_name,
+        kube=kube,
+        dra=dra is not None,
+        generation=lambda: agent.doc.generation if agent and agent.doc else doc.generation,
+    )
+    return [*observability, *services]
 
 
 def make_manager(options: Options, doc: PolicyDocument) -> ResourceManager:

@@ -1,19 +1,137 @@
-"""Logging set-up: one line per record, with the logger's name as its source."""
+"""Logging set-up, and the ``log`` section of the configuration.
+
+``--log-level`` sets the base level. The ``log`` section then applies as nri-plugins'
+``pkg/log`` does, where Python logging has an equivalent:
+
+- ``debug``: entries ``source[:on|off]`` (comma-separated allowed); ``all`` or ``*`` is every
+  logger. A source is one of our logger names (``nri_resmgr.dra``), its short form (``dra``,
+  ``topology-aware``) or an upstream source name from ``UPSTREAM_SOURCES``.
+- ``source``: prefix every message with its logger's name (off: no prefix).
+- ``klog.skip_headers``: leave out the time and level header (as klog does).
+- ``klog.v``: klog verbosity has no Python equivalent: declared not applied.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
 
+import attrs
+
+from nri_resmgr import __version__
+from nri_resmgr.config.models import LogConfig
+from nri_resmgr.errors import ConfigError
+
 FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+PACKAGE = "nri_resmgr"
+
+UPSTREAM_SOURCES = {
+    "resource-manager": "nri_resmgr.resmgr",
+    "nri-plugin": "nri_resmgr.nri",
+    "policy": "nri_resmgr.resmgr.policies",
+    "cache": "nri_resmgr.resmgr.cache",
+    "agent": "nri_resmgr.config",
+    "config-manager": "nri_resmgr.config",
+    "sysfs": "nri_resmgr.sysfs",
+    "instrumentation": "nri_resmgr.instrumentation",
+    "metrics": "nri_resmgr.instrumentation",
+    "balloons": "nri_resmgr.resmgr.policies.balloons",
+    "topology-aware": "nri_resmgr.resmgr.policies.topology_aware",
+}
+"""nri-plugins logger sources and the logger of ours that does the same job."""
+
+_NOISY = ("grpclib", "asyncio", "hpack", "httpx", "httpcore", "hypercorn")
+_declared: set[str] = set()
+_base_level = logging.INFO
+_debugged: list[str] = []
 
 
 def setup_logging(level: str) -> None:
+    global _base_level
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    _base_level = root.level
     # grpclib and the asyncio bridge are chatty at debug; their warnings still show.
-    for noisy in ("grpclib", "asyncio", "hpack", "httpx", "httpcore"):
+    for noisy in _NOISY:
         logging.getLogger(noisy).setLevel(max(logging.INFO, root.level))
+
+
+def not_applied(key: str) -> None:
+    """Say once per process that a configured key is accepted but has no effect here."""
+    if key not in _declared:
+        _declared.add(key)
+        logging.getLogger(__name__).warning(
+            "%s: accepted, not applied by nri-resmgr %s", key, __version__
+        )
+
+
+@attrs.frozen
+class DebugSpec:
+    """The loggers ``log.debug`` switches; ``everything`` is ``all``/``*``."""
+
+    on: tuple[str, ...] = ()
+    off: tuple[str, ...] = ()
+    everything: bool = False
+
+
+def parse_debug(entries: tuple[str, ...]) -> DebugSpec:
+    on: list[str] = []
+    off: list[str] = []
+    everything = False
+    for entry in entries:
+        for raw in entry.split(","):
+            item = raw.strip()
+            if not item:
+                continue
+            source, _, state = item.partition(":")
+            state = state or "on"
+            if state not in ("on", "off"):
+                raise ConfigError(f"spec.log.debug: {item[:80]!r}: state must be on or off")
+            if source in ("all", "*"):
+                everything = state == "on"
+                continue
+            (on if state == "on" else off).append(_logger_name(source))
+    return DebugSpec(tuple(on), tuple(off), everything)
+
+
+def _logger_name(source: str) -> str:
+    if source in UPSTREAM_SOURCES:
+        return UPSTREAM_SOURCES[source]
+    if source == PACKAGE or source.startswith(PACKAGE + "."):
+        return source
+    return f"{PACKAGE}.{source.replace('-', '_')}"
+
+
+def configure(cfg: LogConfig) -> None:
+    """Apply a ``log`` section (at start and on every applied reconfiguration).
+
+    Levels are set on the named loggers only: a record is filtered by its own logger's level
+    and then reaches the root's handler whatever the root's level, so the base level
+    (``--log-level``) stays on the root and everything not named keeps it.
+    """
+    debug = parse_debug(cfg.debug)
+    for name in _debugged:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    _debugged.clear()
+    levels = {PACKAGE: logging.DEBUG} if debug.everything else {}
+    levels |= {name: logging.DEBUG for name in debug.on}
+    levels |= {name: max(logging.INFO, _base_level) for name in debug.off}
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+        _debugged.append(name)
+    _set_format(source=cfg.source, headers=not cfg.klog.skip_headers)
+    if cfg.klog.v is not None:
+        not_applied("spec.log.klog.v")
+
+
+def _set_format(*, source: bool, headers: bool) -> None:
+    fmt = "%(asctime)s %(levelname)-7s " if headers else ""
+    fmt += "%(name)s: %(message)s" if source else "%(message)s"
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(logging.Formatter(fmt))
+
+
+__all__ = ["FORMAT", "UPSTREAM_SOURCES", "configure", "not_applied", "parse_debug", "setup_logging"]

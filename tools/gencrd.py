@@ -74,6 +74,19 @@ VALUES_PROPERTIES: Schema = {
         "properties": {
             "cpu": {"type": ["string", "integer"]},
             "memory": {"type": ["string", "integer"]},
+            # A memory limit is allowed (not set by default: the daemon's size grows with
+            # the number of containers, and an OOM kill stops placement on the node).
+            "memoryLimit": {"type": ["string", "integer"]},
+        },
+        "additionalProperties": False,
+    },
+    "prometheusAnnotations": {"type": "boolean"},
+    "probes": {
+        "type": "object",
+        "properties": {
+            "enabled": {"type": "boolean"},
+            "periodSeconds": {"type": "integer", "minimum": 1},
+            "failureThreshold": {"type": "integer", "minimum": 1},
         },
         "additionalProperties": False,
     },

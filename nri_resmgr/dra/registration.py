@@ -26,6 +26,7 @@ from grpclib.exceptions import GRPCError
 
 from nri_resmgr._gen import pluginregistration as pb
 from nri_resmgr.dra.grpc_bridge import TrioGate
+from nri_resmgr.instrumentation import READINESS
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class Registrar:
 
     async def notify(self, request: pb.RegistrationStatus) -> pb.RegistrationStatusResponse:
         self.status = RegistrationStatus(request.plugin_registered, request.error)
+        READINESS.set("dra", bool(request.plugin_registered))
         if request.plugin_registered:
             log.info("kubelet registered DRA driver %s", self.driver_name)
             self.registered.set()

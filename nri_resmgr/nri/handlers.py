@@ -19,6 +19,7 @@ from typing import TypeVar
 import attrs
 
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
+from nri_resmgr.instrumentation import READINESS, observe_nri_handlers
 from nri_resmgr.nri import convert, wire
 from nri_resmgr.nri.errors import Code, RpcError
 from nri_resmgr.nri.events import Version, runtime_nri_version, subscription_mask
@@ -102,7 +103,7 @@ class PluginHandlers:
                 api.ValidateContainerAdjustmentRequest, self.validate
             ),
         }
-        return {PLUGIN_SERVICE: methods}
+        return {PLUGIN_SERVICE: observe_nri_handlers(methods)}
 
     # -- handshake ------------------------------------------------------------------------
 
@@ -131,6 +132,7 @@ class PluginHandlers:
         self._reset_split_sync()
         log.info("synchronizing %d pods, %d containers", len(pods), len(containers))
         updates = await self._manager.synchronize(pods, containers)
+        READINESS.set("nri", True)  # registered (Synchronize follows registration) and synced
         return bytes(wire.updates_field(1, updates))
 
     def _check_split_sync_bounds(self) -> None:

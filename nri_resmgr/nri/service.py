@@ -19,6 +19,7 @@ import trio
 
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.errors import ConfigError, Fatal
+from nri_resmgr.instrumentation import READINESS
 from nri_resmgr.nri.errors import ConnectionLost, ProtocolError, RpcError
 from nri_resmgr.nri.stub import PluginSession
 from nri_resmgr.resmgr.manager import ResourceManager
@@ -148,6 +149,8 @@ class NriService:
             await session.run(on_registered=self._registered)
         except (ConnectionLost, ProtocolError, RpcError) as exc:
             log.warning("NRI connection to %s lost: %s; re-dialling", self.socket_path, exc)
+        finally:
+            READINESS.set("nri", False)
 
     def _registered(self) -> None:
         self.connections += 1

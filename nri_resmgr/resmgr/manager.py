@@ -8,13 +8,15 @@ decides. That single lock is what keeps the two request sources from interleavin
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol
 
 import trio
 
 from nri_resmgr.config.models import PolicySpec
 from nri_resmgr.errors import ConfigError
+from nri_resmgr.instrumentation.metrics import CHANGES, CONFIG_RELOADS
 from nri_resmgr.resmgr.model import (
     Adjustment,
     ClaimResult,
@@ -27,6 +29,22 @@ from nri_resmgr.resmgr.model import (
 from nri_resmgr.resmgr.policy import Policy, PolicyEnv
 
 log = logging.getLogger(__name__)
+
+
+ReconfigureHook = Callable[[PolicySpec], Callable[[bool], None]]
+"""Checks and prepares a new spec (raising ConfigError to refuse it) and returns the call
+that completes (True) or undoes (False) the preparation once the policy has decided."""
+
+
+@contextmanager
+def _counted_reload() -> Iterator[None]:
+    try:
+        yield
+    except ConfigError:
+        CONFIG_RELOADS.labels("refused").inc()
+        raise
+    CONFIG_RELOADS.labels("applied").inc()
+    CHANGES.notify()
 
 
 class RuntimeUpdater(Protocol):
@@ -45,6 +63,8 @@ class ResourceManager:
         self.pods: dict[str, Pod] = {}
         self.containers: dict[str, Container] = {}
         self._runtime: RuntimeUpdater | None = None
+        self.reconfigure_hooks: list[ReconfigureHook] = []
+        """Asked first on every reconfigure: each may refuse; each is told the outcome."""
         policy.setup(spec, env)
 
     # -- configuration --------------------------------------------------------------------
@@ -52,11 +72,22 @@ class ResourceManager:
     async def reconfigure(self, spec: PolicySpec) -> list[Update]:
         """Apply a new configuration, or refuse it and keep the old one."""
         async with self.lock:
-            refusal = dra_toggle_refusal(self.spec, spec)
-            if refusal:
-                raise ConfigError(refusal)
-            updates = self.policy.reconfigure(spec)
-            self.spec = spec
+            with _counted_reload():
+                refusal = dra_toggle_refusal(self.spec, spec)
+                if refusal:
+                    raise ConfigError(refusal)
+                finishers: list[Callable[[bool], None]] = []
+                try:
+                    for hook in self.reconfigure_hooks:
+                        finishers.append(hook(spec))
+                    updates = self.policy.reconfigure(spec)
+                except BaseException:
+                    for finish in finishers:
+                        finish(False)
+                    raise
+                for finish in finishers:
+                    finish(True)
+                self.spec = spec
         await self.send_updates(updates)
         return updates
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import attrs
 
+from nri_resmgr.resmgr.exports import PolicyGauge, TopologyZone
 from nri_resmgr.resmgr.model import (
     Adjustment,
     ClaimResult,
@@ -78,6 +79,12 @@ class Policy(Protocol):
     def prepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]: ...
     def unprepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]: ...
 
+    def gauges(self) -> list[PolicyGauge]:
+        """The policy's gauges for /metrics (upstream's names where upstream has them)."""
+
+    def topology_zones(self) -> list[TopologyZone]:
+        """The zones of the node's NodeResourceTopology object; empty: nothing to export."""
+
 
 class PolicyBase:
     """No-op implementations of every hook, so a policy overrides only what it needs."""
@@ -134,3 +141,9 @@ class PolicyBase:
 
     def unprepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
         return [ClaimResult(claim_uid=uid) for uid in claim_uids]
+
+    def gauges(self) -> list[PolicyGauge]:
+        return []
+
+    def topology_zones(self) -> list[TopologyZone]:
+        return []

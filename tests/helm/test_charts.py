@@ -45,6 +45,12 @@ DRA_ARGS = [
     "/var/lib/kubelet/plugins_registry",
 ]
 
+NRT_RULE = {
+    "apiGroups": ["topology.node.k8s.io"],
+    "resources": ["noderesourcetopologies"],
+    "verbs": ["get", "create", "update"],
+}
+
 Render = Callable[[str, str], str]
 
 
@@ -186,14 +192,13 @@ def test_daemonset_runs_the_daemon_as_the_cli_expects(
 @pytest.mark.parametrize("policy", POLICIES)
 def test_host_mounts_as_nri_plugins(render: Render, policy: str) -> None:
     docs = documents(render(policy, "unset"))
+    # Only what the code reads (issue 19.14): no state dir, no pod-resources, meminfo alone.
     expected = {
-        "state": ("/var/lib/nri-resmgr", "/var/lib/nri-resmgr"),
         "hostsysfs": ("/sys", "/host/sys"),
         "nri-sockets": ("/var/run/nri", "/var/run/nri"),
-        "pod-resources": ("/var/lib/kubelet/pod-resources", "/var/lib/kubelet/pod-resources"),
     }
     if policy != "template":
-        expected["hostprocfs"] = ("/proc", "/host/proc")
+        expected["hostmeminfo"] = ("/proc/meminfo", "/host/proc/meminfo")
     assert {n: (volumes(docs)[n], mounts(docs)[n]) for n in volumes(docs)} == expected
 
 
@@ -210,7 +215,8 @@ def test_rbac_is_least_privilege(render: Render, policy: str) -> None:
         },
     ]
     assert one(docs, "ClusterRole")["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        NRT_RULE,
     ]
     account = one(docs, "ServiceAccount")["metadata"]
     for binding in ("RoleBinding", "ClusterRoleBinding"):

@@ -28,13 +28,13 @@ def rss_kib(pid: int) -> int:
 
 @contextmanager
 def daemon_process(
-    workdir: Path, socket: str, host_root: Path
+    workdir: Path, socket: str, host_root: Path, *, config: str = CONFIG
 ) -> Iterator[subprocess.Popen[bytes]]:
     """``python -m nri_resmgr`` against ``socket``; SIGTERM and reaped on the way out."""
-    config = workdir / "config.yaml"
-    config.write_text(CONFIG)
+    path = workdir / "config.yaml"
+    path.write_text(config)
     log = (workdir / "daemon.log").open("wb")
-    argv = [sys.executable, "-m", "nri_resmgr", "--config-file", str(config),
+    argv = [sys.executable, "-m", "nri_resmgr", "--config-file", str(path),
             "--nri-socket", socket, "--host-root", str(host_root),
             "--log-level", "warning"]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, env=dict(os.environ))

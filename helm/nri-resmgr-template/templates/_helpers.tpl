@@ -46,3 +46,21 @@ that never had it.
 {{- define "nri-resmgr.image" -}}
 {{- printf "%s:%s" .Values.image.name (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/*
+The port of config.instrumentation.httpEndpoint (":8891" -> 8891), as nri-plugins' charts
+take it; empty when there is no endpoint (no HTTP server, so no port, probes or annotations).
+*/}}
+{{- define "nri-resmgr.httpPort" -}}
+{{- $i := .Values.config.instrumentation | default dict -}}
+{{- $endpoint := $i.httpEndpoint | default "" -}}
+{{- if $endpoint -}}{{- regexReplaceAll "^.*:([0-9]+)$" $endpoint "${1}" -}}{{- end -}}
+{{- end -}}
+
+{{/*
+"true" unless config.agent.nodeResourceTopology is false (its default is on, as upstream).
+*/}}
+{{- define "nri-resmgr.nrtEnabled" -}}
+{{- $agent := .Values.config.agent | default dict -}}
+{{- if not (and (kindIs "bool" $agent.nodeResourceTopology) (not $agent.nodeResourceTopology)) -}}true{{- end -}}
+{{- end -}}

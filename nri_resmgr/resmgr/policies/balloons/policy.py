@@ -16,7 +16,9 @@ from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.resmgr.exports import PolicyGauge, TopologyZone
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
+from nri_resmgr.resmgr.policies.balloons import exports
 from nri_resmgr.resmgr.policies.balloons.devices import close_cpus
 from nri_resmgr.resmgr.policies.balloons.keys import NOT_APPLIED
 from nri_resmgr.resmgr.policies.balloons.restore import Live, rebuild
@@ -255,6 +257,14 @@ class BalloonsPolicy(HardwarePolicy):
     def remove_container(self, pod: Pod, container: Container) -> list[Update]:
         self.containers.pop(container.id, None)
         return self.stop_container(pod, container)
+
+    # -- exports --------------------------------------------------------------------------
+
+    def gauges(self) -> list[PolicyGauge]:
+        return exports.gauges(self.state) if self._state else []
+
+    def topology_zones(self) -> list[TopologyZone]:
+        return exports.zones(self.state) if self._state else []
 
 
 def _reserved_type(

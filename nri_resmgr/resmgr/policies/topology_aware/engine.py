@@ -89,6 +89,11 @@ class Engine:
                 load += part * own // wider
         return load, users, count
 
+    def pool_load(self, pool: int) -> tuple[int, int, int]:
+        """(shared mCPU, shared users, containers) of a pool and its subtree, as placement
+        sees them (an ancestor's shared containers counted by share); for exports."""
+        return self._load(pool, self._usage(), self.cache.exclusive_cpus())
+
     # -- selection ------------------------------------------------------------------------
 
     def _fit(

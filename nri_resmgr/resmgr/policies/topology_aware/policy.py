@@ -13,8 +13,10 @@ from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.resmgr.exports import PolicyGauge, TopologyZone
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
 from nri_resmgr.resmgr.policies.hardware import HardwarePolicy, reported_cpuset
+from nri_resmgr.resmgr.policies.topology_aware import exports
 from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.resmgr.policies.topology_aware.pools import build_pools
 from nri_resmgr.resmgr.policies.topology_aware.preferences import wanted
@@ -145,3 +147,11 @@ class TopologyAwarePolicy(HardwarePolicy):
     def remove_container(self, pod: Pod, container: Container) -> list[Update]:
         self.containers.pop(container.id, None)
         return self.stop_container(pod, container)
+
+    # -- exports --------------------------------------------------------------------------
+
+    def gauges(self) -> list[PolicyGauge]:
+        return exports.gauges(self.engine, self.containers) if self._engine else []
+
+    def topology_zones(self) -> list[TopologyZone]:
+        return exports.zones(self.engine, self.containers) if self._engine else []

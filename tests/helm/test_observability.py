@@ -1,0 +1,85 @@
+"""The charts' observability and pod-hardening pieces, rendered by real helm: the metrics
+port, probes and scrape annotations from httpEndpoint, NRT RBAC gated by
+agent.nodeResourceTopology, a read-only root, RuntimeDefault seccomp and a memory limit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.helm.conftest import Helm
+from tests.helm.crds import POLICIES, chart, documents
+
+pytestmark = pytest.mark.integration
+
+NRT_GROUP = "topology.node.k8s.io"
+
+
+def pod_of(helm: Helm, policy: str, *args: str) -> dict[str, Any]:
+    (ds,) = [d for d in documents(helm.template(chart(policy), *args)) if d["kind"] == "DaemonSet"]
+    pod: dict[str, Any] = ds["spec"]["template"]
+    return pod
+
+
+def cluster_rules(helm: Helm, policy: str, *args: str) -> list[dict[str, Any]]:
+    docs = documents(helm.template(chart(policy), *args))
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    rules: list[dict[str, Any]] = role["rules"]
+    return rules
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_probes_port_and_annotations_follow_the_http_endpoint(helm: Helm, policy: str) -> None:
+    pod = pod_of(helm, policy)
+    (c,) = pod["spec"]["containers"]
+    assert c["ports"] == [{"name": "http-metrics", "containerPort": 8891, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http-metrics"}
+    assert pod["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8891",
+    }
+    moved = pod_of(helm, policy, "--set", "config.instrumentation.httpEndpoint=:9100")
+    assert moved["spec"]["containers"][0]["ports"][0]["containerPort"] == 9100
+    assert moved["metadata"]["annotations"]["prometheus.io/port"] == "9100"
+
+
+def test_no_endpoint_means_no_port_probes_or_scrape_annotations(helm: Helm) -> None:
+    pod = pod_of(helm, "template", "--set", "config.instrumentation.httpEndpoint=")
+    (c,) = pod["spec"]["containers"]
+    assert not {"ports", "livenessProbe", "readinessProbe"} & set(c)
+    assert "annotations" not in pod["metadata"]
+
+
+def test_probes_and_annotations_can_be_switched_off(helm: Helm) -> None:
+    pod = pod_of(helm, "balloons", "--set", "probes.enabled=false",
+                 "--set", "prometheusAnnotations=false", "--set", "podAnnotations.a=b")  # fmt: skip
+    (c,) = pod["spec"]["containers"]
+    assert not {"livenessProbe", "readinessProbe"} & set(c)
+    assert pod["metadata"]["annotations"] == {"a": "b"}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_nrt_rbac_exactly_when_the_export_is_on(helm: Helm, policy: str) -> None:
+    (rule,) = [r for r in cluster_rules(helm, policy) if r["apiGroups"] == [NRT_GROUP]]
+    assert rule == {"apiGroups": [NRT_GROUP], "resources": ["noderesourcetopologies"],
+                    "verbs": ["get", "create", "update"]}  # fmt: skip
+    off = cluster_rules(helm, policy, "--set", "config.agent.nodeResourceTopology=false")
+    assert [r for r in off if r["apiGroups"] == [NRT_GROUP]] == []
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_pod_is_hardened(helm: Helm, policy: str) -> None:
+    pod = pod_of(helm, policy)
+    (c,) = pod["spec"]["containers"]
+    assert pod["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "limits" not in c["resources"]
+    limited = pod_of(helm, policy, "--set", "resources.memoryLimit=1Gi")
+    assert limited["spec"]["containers"][0]["resources"]["limits"] == {"memory": "1Gi"}
+
+
+def test_the_values_schema_refuses_unknown_probe_keys(helm: Helm) -> None:
+    result = helm.run("template", str(chart("template")), "--set", "probes.period=3", check=False)
+    assert result.returncode != 0 and "period" in result.stderr
