@@ -38,8 +38,10 @@ def test_balloons_export_one_gauge_and_one_zone_per_balloon(tmp_path: Path) -> N
     g = gauge(policy.gauges(), "nri_policy_balloons_cores", balloon="app[0]")
     labels = dict(g.labels)
     assert g.value == 2
+    member = policy.state.members.get(ctr.id)
+    assert member is not None
     assert (labels["balloon_type"], labels["cpus_count"], labels["containers"]) == (
-        "app", "2", ctr.id
+        "app", "2", member.name
     )  # fmt: skip
     assert labels["tot_req_millicpu"] == "2000"
     zone = next(z for z in policy.topology_zones() if z.name == "app[0]")

@@ -10,14 +10,10 @@ largest balloon it may grow to, available = that minus its members' requests.
 from __future__ import annotations
 
 from nri_resmgr.resmgr.exports import PolicyGauge, TopologyZone, ZoneResource, milli
+from nri_resmgr.resmgr.policies.balloons.metrics import HELP, METRIC, balloon_samples
 from nri_resmgr.resmgr.policies.balloons.state import Balloon, Balloons
 
-GAUGE = "nri_policy_balloons_cores"
-HELP = "CPUs of a balloon."
-
-
-def _numas(state: Balloons, b: Balloon) -> list[int]:
-    return state.system.nodes_of(b.cpus) if b.cpus else []
+GAUGE = METRIC
 
 
 def _max_cpus(state: Balloons, b: Balloon) -> int:
@@ -26,24 +22,11 @@ def _max_cpus(state: Balloons, b: Balloon) -> int:
 
 
 def gauges(state: Balloons) -> list[PolicyGauge]:
-    out: list[PolicyGauge] = []
-    for b in state.balloons:
-        numas = _numas(state, b)
-        labels = (
-            ("balloon_type", b.type.name),
-            ("cpu_class", b.type.cpu_class),
-            ("cpus_min", str(b.type.min_cpus)),
-            ("cpus_max", str(b.type.max_cpus)),
-            ("balloon", b.name),
-            ("cpus", str(b.cpus)),
-            ("cpus_count", str(len(b.cpus))),
-            ("numas", ",".join(map(str, numas))),
-            ("numas_count", str(len(numas))),
-            ("containers", ",".join(sorted(b.members))),
-            ("tot_req_millicpu", str(b.requested)),
-        )
-        out.append(PolicyGauge(GAUGE, HELP, len(b.cpus), labels))
-    return out
+    """The served form of ``metrics.balloon_samples``: one definition of the labels."""
+    return [
+        PolicyGauge(x.name, HELP, x.value, tuple(sorted(x.labels.items())))
+        for x in balloon_samples(state)
+    ]
 
 
 def zones(state: Balloons) -> list[TopologyZone]:
