@@ -18,7 +18,6 @@ import sys
 
 import attrs
 
-from nri_resmgr import __version__
 from nri_resmgr.config.models import LogConfig
 from nri_resmgr.errors import ConfigError
 
@@ -41,7 +40,6 @@ UPSTREAM_SOURCES = {
 """nri-plugins logger sources and the logger of ours that does the same job."""
 
 _NOISY = ("grpclib", "asyncio", "hpack", "httpx", "httpcore", "hypercorn")
-_declared: set[str] = set()
 _base_level = logging.INFO
 _debugged: list[str] = []
 
@@ -61,11 +59,9 @@ def setup_logging(level: str) -> None:
 
 def not_applied(key: str) -> None:
     """Say once per process that a configured key is accepted but has no effect here."""
-    if key not in _declared:
-        _declared.add(key)
-        logging.getLogger(__name__).warning(
-            "%s: accepted, not applied by nri-resmgr %s", key, __version__
-        )
+    from nri_resmgr.config.notapplied import say_once
+
+    say_once(key)
 
 
 @attrs.frozen

@@ -85,7 +85,12 @@ def report(spec: Any, paths: Iterable[str]) -> list[str]:
     """Log, once per process and key, the declared paths ``spec`` sets; return them all."""
     used = in_use(spec, paths)
     for p in used:
-        if p not in _reported:
-            _reported.add(p)
-            log.warning("%s: accepted, not applied by nri-resmgr %s", p, __version__)
+        say_once(p)
     return used
+
+
+def say_once(path: str) -> None:
+    """The one message for a key that is accepted but has no effect, once per process."""
+    if path not in _reported:
+        _reported.add(path)
+        log.warning("%s: accepted, not applied by nri-resmgr %s", path, __version__)
