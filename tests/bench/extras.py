@@ -63,12 +63,12 @@ async def dra_prepare(n: int) -> dict[str, Any]:
 async def profile_create(
     contender: Contender, harness: Path, workdir: Path, samples: int, out_dir: Path
 ) -> dict[str, Any]:
-    """Our daemon under cProfile while the harness creates ``samples`` containers at 500
-    live; the top functions by own time go to ``profile-<policy>.txt``."""
+    """Our daemon under cProfile while the harness runs ``samples`` container lifecycles
+    at 500 live; the top functions by own time go to ``profile-<policy>.txt``."""
     stats_file = workdir / f"profile-{contender.policy}.pstats"
     async with open_lane(contender, harness, workdir / "profile", profile_to=stats_file) as lane:
         await lane.populate(PROFILE_LIVE)
-        await lane.sample_create(samples)
+        await lane.sample_lifecycle(samples)
     with trio.fail_after(10):  # cProfile writes its file as the daemon exits
         while not stats_file.exists():
             await trio.sleep(0.1)

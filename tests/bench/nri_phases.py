@@ -1,4 +1,5 @@
-"""The NRI measurements: CreateContainer latency by live population, Synchronize, RSS.
+"""The NRI measurements: CreateContainer and StopContainer latency by live population,
+the updates each reply carries, Synchronize, RSS.
 
 Fairness on a shared machine: every contender runs at once, each behind its own harness,
 and the measurement rounds rotate through them (and the ping-pong floor), a batch each, so a
@@ -16,7 +17,14 @@ from typing import Any
 import attrs
 
 from tests.bench import workload
-from tests.bench.contenders import Contender, Lane, open_lane, rss_kib
+from tests.bench.contenders import (
+    Contender,
+    Lane,
+    Lifecycles,
+    open_lane,
+    rss_kib,
+    state_location,
+)
 from tests.bench.floor import echo_peer
 from tests.bench.stats import ratio, summarize_ns
 
@@ -36,11 +44,19 @@ def _rotated(items: Sequence[Any], by: int) -> list[Any]:
     return [*items[by:], *items[:by]]
 
 
+OPS = ("create_container", "stop_container")
+
+
 async def latency_phase(
     contenders: Sequence[Contender], harness: Path, workdir: Path, plan: LatencyPlan
 ) -> dict[str, Any]:
-    raw: dict[str, dict[str, list[int]]] = {}
-    per_round: dict[str, dict[str, list[float]]] = {}
+    """CreateContainer and StopContainer of whole lifecycles, by live population.
+
+    The floor's batch stands beside both calls: it is the transport's round trip, whatever
+    the call."""
+    raw: dict[str, dict[str, dict[str, list[int]]]] = {op: {} for op in OPS}
+    per_round: dict[str, dict[str, dict[str, list[float]]]] = {op: {} for op in OPS}
+    updates: dict[str, dict[str, Any]] = {}
     async with AsyncExitStack() as stack:
         lanes: list[Lane] = []
         for i, contender in enumerate(contenders):
@@ -49,27 +65,49 @@ async def latency_phase(
             ))  # fmt: skip
         started = {lane.contender.name: _start_record(lane) for lane in lanes}
         floor = stack.enter_context(echo_peer(workdir))
+        names = [*started, FLOOR]
         for level in plan.levels:
             for lane in lanes:
                 await lane.populate(level)
-            raw[str(level)] = {name: [] for name in [*started, FLOOR]}
-            per_round[str(level)] = {name: [] for name in [*started, FLOOR]}
+            for op in OPS:
+                raw[op][str(level)] = {name: [] for name in names}
+                per_round[op][str(level)] = {name: [] for name in names}
+            counts = {name: Lifecycles() for name in started}
             runners: list[Lane | None] = [*lanes, None]
             for r in range(plan.rounds):
                 for runner in _rotated(runners, r):
                     if runner is None:
-                        name, batch = FLOOR, floor.samples(plan.batch)
+                        floor_batch = floor.samples(plan.batch)
+                        batches = {op: (FLOOR, floor_batch) for op in OPS}
                     else:
-                        name, batch = runner.contender.name, await runner.sample_create(plan.batch)
-                    raw[str(level)][name] += batch
-                    per_round[str(level)][name].append(statistics.median(batch) / 1000)
+                        name = runner.contender.name
+                        got = await runner.sample_lifecycle(plan.batch)
+                        counts[name].create_updates += got.create_updates
+                        counts[name].stop_updates += got.stop_updates
+                        batches = {
+                            "create_container": (name, got.create_ns),
+                            "stop_container": (name, got.stop_ns),
+                        }
+                    for op, (name, batch) in batches.items():
+                        raw[op][str(level)][name] += batch
+                        per_round[op][str(level)][name].append(statistics.median(batch) / 1000)
+            updates[str(level)] = {name: _update_counts(c) for name, c in counts.items()}
         for lane in lanes:
             await lane.populate(RSS_POPULATION)
             started[lane.contender.name]["rss_kib_at_1000"] = lane.rss_kib()
+    names = [c.name for c in contenders]
+    out: dict[str, Any] = {"processes": started, "updates_per_reply": updates, "raw_ns": raw}
+    for op in OPS:
+        out[op] = _latency_table(raw[op], per_round[op], names)
+    return out
+
+
+def _update_counts(c: Lifecycles) -> dict[str, float | int]:
     return {
-        "processes": started,
-        "create_container": _latency_table(raw, per_round, [c.name for c in contenders]),
-        "raw_ns": raw,
+        "create_mean": round(statistics.mean(c.create_updates), 1),
+        "create_max": max(c.create_updates),
+        "stop_mean": round(statistics.mean(c.stop_updates), 1),
+        "stop_max": max(c.stop_updates),
     }
 
 
@@ -77,6 +115,7 @@ def _start_record(lane: Lane) -> dict[str, Any]:
     return {
         "start_to_registered_s": round(lane.startup_s, 3),
         "rss_kib_at_start": rss_kib(lane.pid),
+        "state": state_location(lane.contender, lane.workdir),
     }
 
 
