@@ -125,6 +125,13 @@ class Lane:
         self._next_sample = 1_000_000
         self._known_pods = 0
 
+    def subscribes(self, event: str) -> bool:
+        """Whether the plugin subscribed to ``event`` (e.g. ``StopContainer``): the runtime
+        skips the call for a plugin that did not, and the harness times only the skip."""
+        [plugin] = self.ready["plugins"]
+        names = str(plugin.get("event_names", "")).replace("_", "").lower()
+        return event.lower() in names
+
     async def populate(self, target: int) -> None:
         """Create and start (untimed) containers until ``target`` are live and running."""
         while self.live < target:

@@ -45,6 +45,7 @@ def _rotated(items: Sequence[Any], by: int) -> list[Any]:
 
 
 OPS = ("create_container", "stop_container")
+EVENTS = {"create_container": "CreateContainer", "stop_container": "StopContainer"}
 
 
 async def latency_phase(
@@ -64,6 +65,8 @@ async def latency_phase(
                 open_lane(contender, harness, workdir / f"lane{i}")
             ))  # fmt: skip
         started = {lane.contender.name: _start_record(lane) for lane in lanes}
+        for lane in lanes:
+            started[lane.contender.name]["events"] = lane.ready["plugins"][0].get("event_names")
         floor = stack.enter_context(echo_peer(workdir))
         names = [*started, FLOOR]
         for level in plan.levels:
@@ -95,10 +98,12 @@ async def latency_phase(
         for lane in lanes:
             await lane.populate(RSS_POPULATION)
             started[lane.contender.name]["rss_kib_at_1000"] = lane.rss_kib()
-    names = [c.name for c in contenders]
+        subscribed = {op: {lane.contender.name for lane in lanes if lane.subscribes(EVENTS[op])}
+                      for op in OPS}  # fmt: skip
     out: dict[str, Any] = {"processes": started, "updates_per_reply": updates, "raw_ns": raw}
     for op in OPS:
-        out[op] = _latency_table(raw[op], per_round[op], names)
+        out[op] = _latency_table(raw[op], per_round[op], subscribed[op])
+        out[op]["not_subscribed"] = [c.name for c in contenders if c.name not in subscribed[op]]
     return out
 
 
@@ -122,12 +127,14 @@ def _start_record(lane: Lane) -> dict[str, Any]:
 def _latency_table(
     raw: dict[str, dict[str, list[int]]],
     per_round: dict[str, dict[str, list[float]]],
-    names: Sequence[str],
+    subscribed: set[str],
 ) -> dict[str, Any]:
-    """Summaries per level, and for each of ours the ratios to every other contender and
-    to the floor, overall and round by round (the pairs measured back to back)."""
+    """Summaries per level, and for each of ours the ratios to every other contender that
+    subscribed to the call and to the floor, overall and round by round (the pairs measured
+    back to back)."""
     out: dict[str, Any] = {}
-    theirs = [n for n in names if not n.startswith("ours/")] + [FLOOR]
+    names = [n for n in next(iter(raw.values())) if n != FLOOR]
+    theirs = [n for n in names if not n.startswith("ours/") and n in subscribed] + [FLOOR]
     for level, by_name in raw.items():
         row: dict[str, Any] = {name: summarize_ns(samples) for name, samples in by_name.items()}
         rounds = per_round[level]

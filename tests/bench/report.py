@@ -116,19 +116,27 @@ def _update_rows(updates: dict[str, dict[str, Any]]) -> Iterator[str]:
 def _latency_rows(by_level: dict[str, Any], title: str) -> Iterator[str]:
     yield ""
     yield f"NRI {title} round trip through the Go harness (NRI v0.12.2), in µs:"
-    first_level = next(iter(by_level.values()))
+    skipped = by_level.get("not_subscribed", [])
+    if skipped:
+        yield (
+            f"(not subscribed to {title}, so the runtime skips the call and no ratio is "
+            f"taken: {', '.join(skipped)})"
+        )
+    levels = {k: v for k, v in by_level.items() if k != "not_subscribed"}
+    first_level = next(iter(levels.values()))
     ours = [n for n in first_level if n.startswith("ours/")]
     others = [n for n in first_level if not n.startswith("ours/")]
+    compared = list(first_level[ours[0]]["vs"]) if ours else []
     header = "| live | contender | n | median | p99 | max |"
-    header += "".join(f" ÷ {o} (median/p99) |" for o in others)
+    header += "".join(f" ÷ {o} (median/p99) |" for o in compared)
     yield header
-    yield "|---:|---|---:|---:|---:|---:|" + "---:|" * len(others)
-    for level, row in by_level.items():
+    yield "|---:|---|---:|---:|---:|---:|" + "---:|" * len(compared)
+    for level, row in levels.items():
         for name in [*ours, *others]:
             s = row[name]
             cells = f"| {level} | {name} | {s['n']} | {_fmt(s['median_us'])} | "
             cells += f"{_fmt(s['p99_us'])} | {_fmt(s['max_us'])} |"
-            for other in others:
+            for other in compared:
                 vs = s.get("vs", {}).get(other)
                 cells += f" {vs['median']} / {vs['p99']} |" if vs else " |"
             yield cells
