@@ -65,7 +65,7 @@ class Contender:
         does (its cache, written on every event); ours and the stub keep it in memory."""
         return workdir / "go-state" if self.impl == "go" else None
 
-    def argv(self, socket: Path, workdir: Path, profile_to: Path | None = None) -> list[str]:
+    def argv(self, socket: Path, workdir: Path) -> list[str]:
         config = workdir / "config.yaml"
         config.write_text(CONFIGS.get(self.policy, ""))
         common = ["--config-file", str(config), "--nri-socket", str(socket)]
@@ -82,8 +82,6 @@ class Contender:
             return [str(self.binary), *common, "--pid-file", str(workdir / "go.pid"),
                     "--state-dir", str(state)]  # fmt: skip
         runner = [sys.executable]
-        if profile_to is not None:
-            runner += ["-m", "cProfile", "-o", str(profile_to)]
         kubelet = ["--kubelet-plugins-dir", str(workdir / "kubelet-plugins")]
         kubelet += ["--kubelet-registry-dir", str(workdir / "kubelet-registry")]
         return [*runner, "-m", "nri_resmgr", *common, *kubelet, "--log-level", "info"]
@@ -222,7 +220,6 @@ async def open_lane(
     workdir: Path,
     *,
     existing: tuple[Sequence[JSON], Sequence[JSON]] | None = None,
-    profile_to: Path | None = None,
 ) -> AsyncIterator[Lane]:
     """Harness up (with ``existing`` pods/containers for the first Synchronize), then the
     plugin started and waited for until registered, configured and synchronized."""
@@ -230,7 +227,7 @@ async def open_lane(
     async with open_harness(harness_binary, workdir, **HARNESS_FLAGS) as harness:
         if existing is not None:
             await harness.sync_state(*existing)
-        argv = contender.argv(harness.socket, workdir, profile_to)
+        argv = contender.argv(harness.socket, workdir)
         started = time.perf_counter()
         log_path = workdir / f"{contender.impl}-{contender.policy}.log"
         async with run_process(argv, log_path) as proc:
