@@ -220,15 +220,23 @@ class _FdTrunk:
     with ``ClosedResourceError``.
     """
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
+    def __init__(self, sock: trio.socket.SocketType) -> None:
+        self._sock = sock
         self._ready_reads = 0
 
     @classmethod
     def of(cls, stream: trio.abc.Stream) -> _FdTrunk | None:
         if isinstance(stream, trio.SocketStream):
-            return cls(stream.socket.fileno())
+            return cls(stream.socket)
         return None
+
+    @property
+    def _fd(self) -> int:
+        # Asked each time, never kept: once the socket is closed its number may be reused.
+        fd = self._sock.fileno()
+        if fd < 0:
+            raise trio.ClosedResourceError("the NRI socket was closed")
+        return fd
 
     def write_nowait(self, data: bytes) -> int:
         """Bytes written at once, 0 if the socket buffer is full."""

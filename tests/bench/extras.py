@@ -76,11 +76,15 @@ async def profile_create(
         await lane.populate(PROFILE_LIVE)
         argv = [spy, "record", "--pid", str(lane.pid), "--gil", "--nonblocking"]
         argv += ["--rate", "250", "--format", "raw", "--output", str(raw)]
-        async with await trio.lowlevel.open_process(argv, stdout=subprocess.DEVNULL) as proc:
+        proc = await trio.lowlevel.open_process(argv, stdout=subprocess.DEVNULL)
+        try:
             await lane.sample_lifecycle(samples)
             proc.send_signal(signal.SIGINT)  # py-spy writes its file and exits
             with trio.fail_after(30):
                 await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
     report = out_dir / f"profile-{contender.policy}.txt"
     report.write_text(summarize_stacks(raw.read_text()))
     return {"contender": contender.name, "samples": samples, "report": str(report)}
