@@ -75,7 +75,7 @@ async def profile_create(
     async with open_lane(contender, harness, workdir / "profile") as lane:
         await lane.populate(PROFILE_LIVE)
         argv = [spy, "record", "--pid", str(lane.pid), "--gil", "--nonblocking"]
-        argv += ["--rate", "250", "--format", "raw", "--output", str(raw)]
+        argv += ["--rate", "997", "--format", "raw", "--output", str(raw)]
         proc = await trio.lowlevel.open_process(argv, stdout=subprocess.DEVNULL)
         try:
             await lane.sample_lifecycle(samples)
