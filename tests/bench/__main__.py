@@ -57,6 +57,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if "nri" not in args.skip:
             results["nri"] = await latency_phase(lanes, harness, workdir / "nri", plan)
+            report.write_json(results, args.out)  # what took longest is kept, come what may
         if "sync" not in args.skip:
             repeats = 1 if args.quick else 2
             results["sync"] = await sync_phase(

@@ -27,6 +27,7 @@ from tests.bench.contenders import (
 )
 from tests.bench.floor import echo_peer
 from tests.bench.stats import ratio, summarize_ns
+from tests.conformance.peer import HarnessError
 
 FLOOR = "floor/unix-ping-pong"
 RSS_POPULATION = 1000
@@ -161,21 +162,28 @@ async def sync_phase(
     existing = workload.existing_state(n)
     times: dict[str, list[float]] = {c.name: [] for c in contenders}
     startup: dict[str, list[float]] = {c.name: [] for c in contenders}
+    failures: dict[str, list[str]] = {}
     for rep in range(repeats):
         for contender in _rotated(contenders, rep):
             lane_dir = workdir / f"sync{rep}-{contender.impl}-{contender.policy}"
-            async with open_lane(contender, harness, lane_dir, existing=existing) as lane:
-                [record] = lane.ready["syncs"]
-                if record.get("error"):
-                    raise RuntimeError(f"{contender.name}: Synchronize failed: {record['error']}")
-                times[contender.name].append(record["ns"] / 1e6)
-                startup[contender.name].append(lane.startup_s)
+            try:
+                async with open_lane(contender, harness, lane_dir, existing=existing) as lane:
+                    [record] = lane.ready["syncs"]
+                    if record.get("error"):
+                        raise HarnessError(f"Synchronize failed: {record['error']}")
+                    times[contender.name].append(record["ns"] / 1e6)
+                    startup[contender.name].append(lane.startup_s)
+            except HarnessError as exc:  # one contender's failure must not lose the rest
+                failures.setdefault(contender.name, []).append(str(exc).splitlines()[0])
     return {
         name: {
             "containers": n,
-            "sync_ms_median": round(statistics.median(ms), 1),
+            "sync_ms_median": round(statistics.median(ms), 1) if ms else None,
             "sync_ms_all": [round(x, 1) for x in ms],
-            "start_to_synchronized_s_median": round(statistics.median(startup[name]), 3),
+            "start_to_synchronized_s_median": (
+                round(statistics.median(startup[name]), 3) if ms else None
+            ),
+            "failures": failures.get(name, []),
         }
         for name, ms in times.items()
     }

@@ -88,7 +88,8 @@ def _table_lines(r: dict[str, Any]) -> Iterator[str]:
         yield "| Synchronize, 1,000 existing containers | reply (ms, median) | all runs (ms) |"
         yield "|---|---:|---|"
         for name, s in r["sync"].items():
-            yield f"| {name} | {_fmt(s['sync_ms_median'], 1)} | {s['sync_ms_all']} |"
+            failed = f" failed: {'; '.join(s['failures'])}" if s.get("failures") else ""
+            yield f"| {name} | {_fmt(s['sync_ms_median'], 1)} | {s['sync_ms_all']}{failed} |"
     yield from _extra_rows(r)
 
 
