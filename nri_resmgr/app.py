@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import trio
-import trio_asyncio
 
 from nri_resmgr.cli import Options
 from nri_resmgr.config import PolicyDocument, load_file
-from nri_resmgr.config.agent import ConfigAgent
 from nri_resmgr.config.filewatch import ConfigFileWatcher
 from nri_resmgr.daemon import EXIT_FATAL, EXIT_OK, Daemon, Service, until_signalled
 from nri_resmgr.errors import ConfigError, Fatal
-from nri_resmgr.kube import KubeClient, load_config
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policy import PolicyEnv
+
+if TYPE_CHECKING:  # imported where used: start-up without a cluster never needs them
+    from nri_resmgr.config.agent import ConfigAgent
+    from nri_resmgr.kube import KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,6 @@ def build_services(
     agent: ConfigAgent | None = None,
     kube: KubeClient | None = None,
 ) -> list[Service]:
-    from nri_resmgr.dra.setup import build_dra_plugin
     from nri_resmgr.instrumentation.setup import instrumentation_services
     from nri_resmgr.nri.service import NriService
 
@@ -61,15 +62,7 @@ def build_services(
     if agent is not None:
         agent.attach(manager.reconfigure)
         services.append(agent)
-    dra = build_dra_plugin(
-        manager,
-        manager.policy.name,
-        enabled=doc.spec.dra.enabled,
-        node_name=options.node_name if options.has_cluster_access else "",
-        kube=kube,
-        plugins_dir=options.kubelet_plugins_dir,
-        registry_dir=options.kubelet_registry_dir,
-    )
+    dra = _dra_service(options, manager, doc, kube)
     if dra is not None:
         services.append(dra)
     # First to start, last to stop: the probes answer while everything else starts and stops.
@@ -81,6 +74,26 @@ def build_services(
         generation=lambda: agent.doc.generation if agent and agent.doc else doc.generation,
     )
     return [*observability, *services]
+
+
+def _dra_service(
+    options: Options, manager: ResourceManager, doc: PolicyDocument, kube: KubeClient | None
+) -> Service | None:
+    if not doc.spec.dra.enabled:
+        # Said here, so that a daemon without DRA never imports the DRA stack (start-up).
+        log.info("DRA support is disabled")
+        return None
+    from nri_resmgr.dra.setup import build_dra_plugin
+
+    return build_dra_plugin(
+        manager,
+        manager.policy.name,
+        enabled=doc.spec.dra.enabled,
+        node_name=options.node_name if options.has_cluster_access else "",
+        kube=kube,
+        plugins_dir=options.kubelet_plugins_dir,
+        registry_dir=options.kubelet_registry_dir,
+    )
 
 
 def make_manager(options: Options, doc: PolicyDocument) -> ResourceManager:
@@ -95,6 +108,9 @@ async def run(options: Options) -> int:
         manager = make_manager(options, doc)
         log.info("policy %s configured from %s", manager.policy.name, options.config_file)
         return await run_daemon(options, manager, doc)
+    from nri_resmgr.config.agent import ConfigAgent
+    from nri_resmgr.kube import KubeClient, load_config
+
     async with KubeClient(load_config(options.kubeconfig or None)) as client:
         agent = ConfigAgent.from_options(client, options)
         log.info("waiting for the %s configuration of node %s in namespace %s",
@@ -116,6 +132,13 @@ async def run_daemon(
     agent: ConfigAgent | None = None,
     kube: KubeClient | None = None,
 ) -> int:
+    if not doc.spec.dra.enabled:
+        # grpclib (DRA) is the only asyncio user, and dra.enabled cannot change without a
+        # restart: no asyncio loop, and no trio_asyncio import, at start-up.
+        services = build_services(options, manager, doc, agent, kube)
+        return await Daemon(services, grace=options.shutdown_grace).run()
+    import trio_asyncio
+
     async with trio_asyncio.open_loop():
         services = build_services(options, manager, doc, agent, kube)
         daemon = Daemon(services, grace=options.shutdown_grace)

@@ -8,8 +8,8 @@ is a protocol error before any of its body is buffered.
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator, Iterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -36,6 +36,24 @@ class ByteStream(Protocol):
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray: ...
 
 
+@runtime_checkable
+class MessageSink(Protocol):
+    """A transport that writes a whole message itself (the NRI mux channel): the header and
+    body go out in one write, without first being joined here."""
+
+    async def send_message(self, header: bytes, body: bytes) -> None: ...
+
+
+@runtime_checkable
+class PushStream(Protocol):
+    """A transport that hands over incoming bytes as they arrive, from its own reader task
+    (the NRI mux channel), so that a message skips a channel and a reader task of ours."""
+
+    def listen(self, on_data: Callable[[bytes], None]) -> None: ...
+
+    async def wait_closed(self) -> None: ...
+
+
 @attrs.frozen
 class Message:
     stream_id: int
@@ -45,6 +63,11 @@ class Message:
 
 
 def encode_message(msg: Message) -> bytes:
+    return encode_header(msg) + msg.data
+
+
+def encode_header(msg: Message) -> bytes:
+    """The 10-byte header of ``msg``; refuses a message over the size limit."""
     if len(msg.data) > MAX_MESSAGE_LEN:
         raise RpcError(
             Code.RESOURCE_EXHAUSTED,
@@ -52,7 +75,7 @@ def encode_message(msg: Message) -> bytes:
         )
     if not 0 <= msg.stream_id <= 0xFFFFFFFF:
         raise ValueError(f"ttrpc stream id {msg.stream_id} out of range")
-    return _HEADER.pack(len(msg.data), msg.stream_id, msg.msg_type, msg.flags) + msg.data
+    return _HEADER.pack(len(msg.data), msg.stream_id, msg.msg_type, msg.flags)
 
 
 class MessageDecoder:
@@ -97,3 +120,19 @@ async def read_messages(stream: ByteStream) -> AsyncIterator[Message]:
             return
         for msg in decoder.feed(data):
             yield msg
+
+
+async def push_messages(stream: PushStream, on_message: Callable[[Message], None]) -> None:
+    """Call ``on_message`` with every message on ``stream``, as its bytes are delivered,
+    until a clean end; a cut-off message is a protocol error. ``on_message`` runs in the
+    transport's reader task: it must not block."""
+    decoder = MessageDecoder()
+
+    def on_data(data: bytes) -> None:
+        for msg in decoder.feed(data):
+            on_message(msg)
+
+    stream.listen(on_data)
+    await stream.wait_closed()
+    if decoder.pending():
+        raise ProtocolError(f"connection closed inside a ttrpc message ({decoder.pending()} bytes)")

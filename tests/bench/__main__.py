@@ -57,6 +57,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if "nri" not in args.skip:
             results["nri"] = await latency_phase(lanes, harness, workdir / "nri", plan)
+            report.write_json(results, args.out)  # what took longest is kept, come what may
         if "sync" not in args.skip:
             repeats = 1 if args.quick else 2
             results["sync"] = await sync_phase(
@@ -67,9 +68,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if "dra" not in args.skip:
             results["dra"] = await extras.dra_prepare(200 if args.quick else 2000)
         if "profile" not in args.skip:
-            results["profile"] = await extras.profile_create(
-                lanes[0], harness, workdir, 200 if args.quick else 1000, args.out
-            )
+            try:
+                results["profile"] = await extras.profile_create(
+                    lanes[0], harness, workdir, 200 if args.quick else 1000, args.out
+                )
+            except Exception as exc:  # the figures measured so far still get written
+                traceback.print_exc()
+                results["profile"] = extras.unavailable(exc)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     results["load_end"] = report.load_average()

@@ -7,9 +7,11 @@ say so and the rest of the bench still runs.
 from __future__ import annotations
 
 import importlib
-import io
-import pstats
+import shutil
+import signal
+import subprocess
 import traceback
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -63,24 +65,59 @@ async def dra_prepare(n: int) -> dict[str, Any]:
 async def profile_create(
     contender: Contender, harness: Path, workdir: Path, samples: int, out_dir: Path
 ) -> dict[str, Any]:
-    """Our daemon under cProfile while the harness creates ``samples`` containers at 500
-    live; the top functions by own time go to ``profile-<policy>.txt``."""
-    stats_file = workdir / f"profile-{contender.policy}.pstats"
-    async with open_lane(contender, harness, workdir / "profile", profile_to=stats_file) as lane:
+    """py-spy on our daemon (samples taken while it holds the GIL, so idle waits do not
+    count) while the harness runs ``samples`` container lifecycles at 500 live; own and
+    inclusive time by function go to ``profile-<policy>.txt``, the raw stacks beside it."""
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return unavailable(RuntimeError("py-spy is not installed (pip install -e .[bench])"))
+    raw = out_dir / f"profile-{contender.policy}.stacks"
+    async with open_lane(contender, harness, workdir / "profile") as lane:
         await lane.populate(PROFILE_LIVE)
-        await lane.sample_create(samples)
-    with trio.fail_after(10):  # cProfile writes its file as the daemon exits
-        while not stats_file.exists():
-            await trio.sleep(0.1)
-    text = _top_functions(stats_file)
+        argv = [spy, "record", "--pid", str(lane.pid), "--gil", "--nonblocking"]
+        argv += ["--rate", "997", "--format", "raw", "--output", str(raw)]
+        proc = await trio.lowlevel.open_process(argv, stdout=subprocess.DEVNULL)
+        try:
+            await lane.sample_lifecycle(samples)
+            proc.send_signal(signal.SIGINT)  # py-spy writes its file and exits
+            with trio.fail_after(30):
+                await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
     report = out_dir / f"profile-{contender.policy}.txt"
-    report.write_text(text)
+    report.write_text(summarize_stacks(raw.read_text()))
     return {"contender": contender.name, "samples": samples, "report": str(report)}
 
 
-def _top_functions(stats_file: Path, limit: int = 30) -> str:
-    buf = io.StringIO()
-    stats = pstats.Stats(str(stats_file), stream=buf)
-    stats.strip_dirs().sort_stats("tottime").print_stats(limit)
-    stats.sort_stats("cumulative").print_stats(limit)
-    return buf.getvalue()
+def summarize_stacks(collapsed: str, limit: int = 40) -> str:
+    """Own and inclusive share of samples per function, from py-spy's collapsed stacks
+    (``frame;frame;... count`` per line)."""
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [_function(f) for f in stack.split(";")]
+        total += int(count)
+        own[frames[-1]] += int(count)
+        for frame in set(frames):
+            inclusive[frame] += int(count)
+    lines = [f"{total} samples (GIL held)", "", "own time:"]
+    lines += [f"{n / total:6.1%}  {name}" for name, n in own.most_common(limit)]
+    lines += ["", "inclusive time:"]
+    lines += [f"{n / total:6.1%}  {name}" for name, n in inclusive.most_common(limit)]
+    return "\n".join(lines) + "\n"
+
+
+def _function(frame: str) -> str:
+    """``name (path:line)`` → ``name (package/module.py)``, comparable across lines."""
+    name, _, where = frame.partition(" (")
+    path = where.rsplit(":", 1)[0]
+    for marker in ("site-packages/", "/nri_resmgr/", "/lib/python3"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            break
+    return f"{name} ({path})"

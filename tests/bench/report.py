@@ -66,40 +66,78 @@ def _table_lines(r: dict[str, Any]) -> Iterator[str]:
     yield f"Load average (1/5/15 min): start {r['load_start']}, end {r['load_end']}"
     nri = r.get("nri")
     if nri:
-        yield from _create_rows(nri)
+        for op, title in (
+            ("create_container", "CreateContainer"),
+            ("stop_container", "StopContainer"),
+        ):
+            yield from _latency_rows(nri[op], title)
+        yield from _update_rows(nri["updates_per_reply"])
         yield ""
-        yield "| process | start to registered (s) | RSS at start (MiB) | RSS, 1,000 live (MiB) |"
-        yield "|---|---:|---:|---:|"
+        yield (
+            "| process | start to registered (s) | RSS at start (MiB) | RSS, 1,000 live (MiB) "
+            "| state directory |"
+        )
+        yield "|---|---:|---:|---:|---|"
         for name, p in nri["processes"].items():
             yield (
                 f"| {name} | {p['start_to_registered_s']:.2f} | {p['rss_kib_at_start'] / 1024:.1f}"
-                f" | {p.get('rss_kib_at_1000', 0) / 1024:.1f} |"
+                f" | {p.get('rss_kib_at_1000', 0) / 1024:.1f} | {p.get('state', '-')} |"
             )
     if r.get("sync"):
         yield ""
         yield "| Synchronize, 1,000 existing containers | reply (ms, median) | all runs (ms) |"
         yield "|---|---:|---|"
         for name, s in r["sync"].items():
-            yield f"| {name} | {_fmt(s['sync_ms_median'], 1)} | {s['sync_ms_all']} |"
+            failed = f" failed: {'; '.join(s['failures'])}" if s.get("failures") else ""
+            yield f"| {name} | {_fmt(s['sync_ms_median'], 1)} | {s['sync_ms_all']}{failed} |"
     yield from _extra_rows(r)
 
 
-def _create_rows(nri: dict[str, Any]) -> Iterator[str]:
+def _update_rows(updates: dict[str, dict[str, Any]]) -> Iterator[str]:
     yield ""
-    yield "NRI CreateContainer round trip through the Go harness (NRI v0.12.2), in µs:"
-    first_level = next(iter(nri["create_container"].values()))
+    yield "Other containers' updates carried per reply (mean / max), by live population:"
+    levels = list(updates)
+    yield (
+        "| contender | "
+        + " | ".join(f"create, {lv} live | stop, {lv} live" for lv in levels)
+        + " |"
+    )
+    yield "|---|" + "---:|---:|" * len(levels)
+    for name in next(iter(updates.values())):
+        cells = []
+        for level in levels:
+            u = updates[level][name]
+            cells += [
+                f"{u['create_mean']} / {u['create_max']}",
+                f"{u['stop_mean']} / {u['stop_max']}",
+            ]
+        yield f"| {name} | " + " | ".join(cells) + " |"
+
+
+def _latency_rows(by_level: dict[str, Any], title: str) -> Iterator[str]:
+    yield ""
+    yield f"NRI {title} round trip through the Go harness (NRI v0.12.2), in µs:"
+    skipped = by_level.get("not_subscribed", [])
+    if skipped:
+        yield (
+            f"(not subscribed to {title}, so the runtime skips the call and no ratio is "
+            f"taken: {', '.join(skipped)})"
+        )
+    levels = {k: v for k, v in by_level.items() if k != "not_subscribed"}
+    first_level = next(iter(levels.values()))
     ours = [n for n in first_level if n.startswith("ours/")]
     others = [n for n in first_level if not n.startswith("ours/")]
+    compared = list(first_level[ours[0]]["vs"]) if ours else []
     header = "| live | contender | n | median | p99 | max |"
-    header += "".join(f" ÷ {o} (median/p99) |" for o in others)
+    header += "".join(f" ÷ {o} (median/p99) |" for o in compared)
     yield header
-    yield "|---:|---|---:|---:|---:|---:|" + "---:|" * len(others)
-    for level, row in nri["create_container"].items():
+    yield "|---:|---|---:|---:|---:|---:|" + "---:|" * len(compared)
+    for level, row in levels.items():
         for name in [*ours, *others]:
             s = row[name]
             cells = f"| {level} | {name} | {s['n']} | {_fmt(s['median_us'])} | "
             cells += f"{_fmt(s['p99_us'])} | {_fmt(s['max_us'])} |"
-            for other in others:
+            for other in compared:
                 vs = s.get("vs", {}).get(other)
                 cells += f" {vs['median']} / {vs['p99']} |" if vs else " |"
             yield cells
@@ -133,8 +171,8 @@ def _extra_rows(r: dict[str, Any]) -> Iterator[str]:
 
 def plot(results: dict[str, Any], out_dir: Path) -> Path | None:
     """ECDFs of the CreateContainer samples, one panel per live population."""
-    raw = results.get("nri", {}).get("raw_ns")
-    if not raw:
+    raw_by_op = results.get("nri", {}).get("raw_ns")
+    if not raw_by_op:
         return None
     try:
         import matplotlib
@@ -144,17 +182,22 @@ def plot(results: dict[str, Any], out_dir: Path) -> Path | None:
     except ImportError:
         print("matplotlib is not installed (pip install -e .[bench]): no plot")
         return None
-    fig, axes = plt.subplots(1, len(raw), figsize=(5 * len(raw), 4), sharey=True, squeeze=False)
-    for ax, (level, by_name) in zip(axes[0], raw.items(), strict=True):
-        for name, samples in by_name.items():
-            us = sorted(s / 1000 for s in samples)
-            ys = [(i + 1) / len(us) for i in range(len(us))]
-            ax.step(us, ys, where="post", label=name, linestyle=":" if name == FLOOR else "-")
-        ax.set_xscale("log")
-        ax.set_title(f"CreateContainer, {level} live containers")
-        ax.set_xlabel("round trip (µs, log scale)")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("fraction of calls ≤ x")
+    ops = {"create_container": "CreateContainer", "stop_container": "StopContainer"}
+    n_levels = len(raw_by_op["create_container"])
+    fig, axes = plt.subplots(
+        len(ops), n_levels, figsize=(5 * n_levels, 4 * len(ops)), sharey=True, squeeze=False
+    )
+    for row, (op, title) in zip(axes, ops.items(), strict=True):
+        for ax, (level, by_name) in zip(row, raw_by_op[op].items(), strict=True):
+            for name, samples in by_name.items():
+                us = sorted(s / 1000 for s in samples)
+                ys = [(i + 1) / len(us) for i in range(len(us))]
+                ax.step(us, ys, where="post", label=name, linestyle=":" if name == FLOOR else "-")
+            ax.set_xscale("log")
+            ax.set_title(f"{title}, {level} live containers")
+            ax.set_xlabel("round trip (µs, log scale)")
+            ax.grid(True, which="both", alpha=0.3)
+        row[0].set_ylabel("fraction of calls ≤ x")
     axes[0][-1].legend(loc="lower right", fontsize="small")
     fig.tight_layout()
     path = out_dir / "latency.png"

@@ -32,8 +32,9 @@ def pod(n: int) -> JSON:
     }
 
 
-def container(pod_obj: JSON, n: int, *, running: bool = False) -> JSON:
-    """Container ``n`` (node-wide unique) of ``pod_obj``."""
+def container(pod_obj: JSON, n: int, *, running: bool = False, state: str = "") -> JSON:
+    """Container ``n`` (node-wide unique) of ``pod_obj``; ``state`` overrides the default
+    (``CONTAINER_RUNNING`` when ``running``, else ``CONTAINER_CREATED``)."""
     burstable = "burstable" in pod_obj["linux"]["cgroup_parent"]
     resources: JSON = {}
     if burstable:
@@ -42,7 +43,7 @@ def container(pod_obj: JSON, n: int, *, running: bool = False) -> JSON:
         "id": f"bench-ctr-{n}",
         "pod_sandbox_id": pod_obj["id"],
         "name": f"ctr-{n}",
-        "state": "CONTAINER_RUNNING" if running else "CONTAINER_CREATED",
+        "state": state or ("CONTAINER_RUNNING" if running else "CONTAINER_CREATED"),
         "labels": {},
         "annotations": {},
         "linux": {
