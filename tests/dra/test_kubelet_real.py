@@ -23,8 +23,8 @@ import trio
 from nri_resmgr.dra.publisher import resource_slices
 from nri_resmgr.kube import KubeClient
 from nri_resmgr.kube.resources import RESOURCE_CLAIMS, TEMPLATE_POLICIES
-from tests.agent.test_agent_integration import cr
 from tests.agent.conftest import template_crd  # noqa: F401  (fixture)
+from tests.agent.test_agent_integration import cr
 from tests.agent.test_process import admin, daemon  # noqa: F401  (fixture)
 from tests.dra.kubelet_peer import kubelet_peer, peer_binary
 from tests.kube.apiserver import ApiServer
