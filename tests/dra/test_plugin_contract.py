@@ -17,8 +17,10 @@ from tests.dra.conftest import DRIVER, NODE, make_manager, make_plugin
 
 
 @pytest.fixture
-def umask_022() -> Iterator[None]:
-    old = os.umask(0o022)
+def umask_000() -> Iterator[None]:
+    # No umask: the modes asked for are the modes made (0o750 would survive a 022 mask as
+    # is, but so would a missing mode, 0o777 & ~0o022 == 0o755).
+    old = os.umask(0)
     try:
         yield
     finally:
@@ -43,9 +45,9 @@ def test_the_parts_are_wired_with_what_was_given(socket_dir: Path) -> None:
 
 
 async def test_directories_are_made_with_kubelets_modes_and_parents(
-    aio_loop: object, socket_dir: Path, umask_022: None
+    aio_loop: object, socket_dir: Path, umask_000: None
 ) -> None:
-    plugin = make_plugin(make_manager(), socket_dir / "a" / "b")
+    plugin = KubeletPlugin(make_manager(), DRIVER, socket_dir / "a" / "b", socket_dir / "c" / "d")
     async with trio.open_nursery() as nursery:
         await plugin.start(nursery)
         await plugin.stop()

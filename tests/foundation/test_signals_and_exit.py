@@ -49,7 +49,9 @@ class Waits:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-async def test_a_second_signal_cancels_without_waiting_for_stop(sig: signal.Signals) -> None:
+async def test_a_second_signal_cancels_without_waiting_for_stop(
+    sig: signal.Signals, caplog: pytest.LogCaptureFixture
+) -> None:
     waits = Waits()
     stuck = StopNeverReturns("stuck", waits.journal)
     # A grace far longer than any test run: only the second signal can end this daemon.
@@ -71,6 +73,8 @@ async def test_a_second_signal_cancels_without_waiting_for_stop(sig: signal.Sign
     assert "grace expired" not in waits.journal
     assert "stopped stuck" not in waits.journal
     assert waits.journal[-1] == "exit 0"
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [f"second {sig.name}: cancelling without waiting for services"]
 
 
 def test_sigint_stops_the_process_cleanly_like_sigterm(tmp_path: Path) -> None:
