@@ -125,3 +125,15 @@ def runtime(session: nox.Session) -> None:
     env = {"NRI_RESMGR_CACHE": str(CACHE)}
     session.run("python", "-m", "tests.runtime.build", env=env)
     session.run("pytest", "tests/runtime", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
+def mutation(session: nox.Session) -> None:
+    """Mutation testing (mutmut 3) of the core modules listed in pyproject's [tool.mutmut];
+    prints the kill rate per module. Slow: not part of .ci/run. posargs select mutants by
+    name glob, e.g. ``nox -s mutation -- 'nri_resmgr.nri.mux.*'``."""
+    install_project(session, "test")
+    session.install("mutmut==3.8.1")
+    session.run("nice", "-n", "10", "mutmut", "run", "--max-children", "2", *session.posargs,
+                external=True)  # fmt: skip
+    session.run("python", "tools/mutation_report.py", "--survivors")

@@ -5,8 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.kube.apiserver import ApiServer, start_apiserver
+
+# No per-example deadline: hypothesis' default (200 ms) turns a slow moment on a shared
+# 2-core CI machine into a failure. Speed is measured in benchmarks, never asserted here.
+settings.register_profile("nri-resmgr", deadline=None, print_blob=True)
+settings.load_profile("nri-resmgr")
 
 
 @pytest.fixture(scope="session")

@@ -95,7 +95,8 @@ class DesiredSlice:
         refs = (existing.get("metadata") or {}).get("ownerReferences") or []
         ours = self.owner.reference()
         return any(
-            all(ref.get(k) == ours[k] for k in ("apiVersion", "kind", "name", "uid"))
+            # controller too: the Node must be the managing owner, not merely one of them.
+            all(ref.get(k) == ours[k] for k in ("apiVersion", "kind", "name", "uid", "controller"))
             for ref in refs
         )
 

@@ -214,9 +214,11 @@ class TtrpcClient:
             framing.check(msg.data, envelope.Response)
             pending.response = envelope.Response().parse(msg.data)
         except Exception as exc:
-            raise ProtocolError(
-                f"undecodable ttrpc response on stream {msg.stream_id}: {exc}"
-            ) from exc
+            error = ProtocolError(f"undecodable ttrpc response on stream {msg.stream_id}: {exc}")
+            # Popped above, so _fail_all cannot reach it: fail the waiting call here.
+            pending.error = error
+            pending.done.set()
+            raise error from exc
         pending.done.set()
 
     def _fail_all(self, exc: Exception) -> None:

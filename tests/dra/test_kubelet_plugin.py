@@ -194,3 +194,38 @@ async def test_a_client_that_gives_up_abandons_its_wait_for_the_lock(
         # The handler stopped waiting for the lock: no pile-up of abandoned requests.
         await wait_until(lambda: plugin._dra.gate.in_flight == 0)
     assert "Failed to handle cancellation" not in caplog.text
+
+
+def _accepts(path: Path) -> bool:
+    """True when something listens on the unix socket ``path`` (the backlog takes the connect)."""
+    with socketlib.socket(socketlib.AF_UNIX) as s:
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+        return True
+
+
+async def test_the_dra_socket_listens_before_the_registration_socket_appears(
+    aio_loop: object, socket_dir: Path
+) -> None:
+    # kubelet dials the advertised DRA endpoint as soon as it sees the registration socket,
+    # so what each server sees when it starts is recorded; swapped starts change both rows.
+    plugin = make_plugin(make_manager(), socket_dir)
+    seen: dict[str, tuple[bool, bool]] = {}
+
+    def observe(name: str, server: object) -> None:
+        inner = server.serve  # type: ignore[attr-defined]
+
+        async def serve(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            seen[name] = (_accepts(plugin.dra_socket), plugin.registration_socket.exists())
+            await inner(task_status=task_status)
+
+        server.serve = serve  # type: ignore[attr-defined]
+
+    observe("dra", plugin._dra)
+    observe("registration", plugin._registration)
+    async with trio.open_nursery() as nursery:
+        await plugin.start(nursery)
+        await plugin.stop()
+    assert seen == {"dra": (False, False), "registration": (True, False)}

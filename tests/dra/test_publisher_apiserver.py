@@ -82,6 +82,8 @@ async def test_the_server_accepts_the_slice_owned_by_the_node(published: Publish
     assert obj["spec"].get("devices", []) == []
     [owner] = obj["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Node", node["name"], node["uid"])
+    # The server keeps the field as sent: the Node is the slice's managing owner.
+    assert owner["controller"] is True
     assert published.publisher.api_version == "v1"
 
 
@@ -123,3 +125,25 @@ async def test_edits_and_deletes_behind_its_back_are_reconciled(published: Publi
         return current if current and current["metadata"]["name"] != name else None
 
     await eventually(recreated)
+
+
+async def test_a_recreated_node_becomes_the_owner_by_its_new_uid(published: Published) -> None:
+    # No garbage collector runs here (no controller manager), so the slice outlives the Node,
+    # as it may in a cluster between a Node's deletion and the collector's pass.
+    obj = await eventually(lambda: one_slice(published))
+    name = published.node["metadata"]["name"]
+    await published.kube.delete(NODES, name)
+    new_node = await published.kube.create(NODES, {"metadata": {"name": name}})
+    new_uid = new_node["metadata"]["uid"]
+    assert new_uid != published.node["metadata"]["uid"]
+    published.publisher.trigger()
+
+    async def owned_by_new_node() -> dict[str, Any] | None:
+        current = await one_slice(published)
+        refs = (current or {}).get("metadata", {}).get("ownerReferences", [])
+        return current if [r["uid"] for r in refs] == [new_uid] else None
+
+    current = await eventually(owned_by_new_node)
+    assert current["metadata"]["name"] == obj["metadata"]["name"]
+    assert current["metadata"]["ownerReferences"][0]["controller"] is True
+    assert current["spec"]["pool"]["generation"] == 1

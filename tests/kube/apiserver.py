@@ -17,11 +17,11 @@ from pathlib import Path
 
 import attrs
 import httpx
-import pytest
 import trio
 
 from nri_resmgr.kube import ClusterConfig, load_kubeconfig
 from tests.kube.gobuild import BuildError, ensure_binaries
+from tests.peers import missing_peer
 
 ADMIN_TOKEN = "admin-token-for-tests"
 VIEWER_TOKEN = "viewer-token-for-tests"
@@ -147,11 +147,15 @@ class ApiServer:
 
 
 def start_apiserver(workdir: Path) -> ApiServer:
-    """Builds (if needed) and starts etcd + kube-apiserver; skips the test if the build fails."""
+    """Builds (if needed) and starts etcd + kube-apiserver.
+
+    A failed build fails the test under CI=true and skips it elsewhere (``tests/peers.py``);
+    a server that is built but does not start is always an error.
+    """
     try:
         kube_apiserver, etcd = ensure_binaries()
     except BuildError as exc:
-        pytest.skip(f"kube-apiserver/etcd peer cannot be built here: {exc}")
+        missing_peer(f"kube-apiserver/etcd peer cannot be built here: {exc}")
     server = ApiServer(workdir, kube_apiserver, etcd)
     _make_credentials(workdir)
     _write_kubeconfig(server)

@@ -135,10 +135,40 @@ async def test_update_containers_from_the_plugin_side(sock_path: str) -> None:
             assert [u.container_id for u in failed] == ["nope"]
 
 
+class DialFailures(logging.Handler):
+    """Counts the service's failed dials as it logs them, so a test waits for the n-th one."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.count = 0
+        self._changed = trio.Event()
+        self._logger = logging.getLogger("nri_resmgr.nri.service")
+
+    def __enter__(self) -> DialFailures:
+        self._saved_level = self._logger.level
+        self._logger.setLevel(logging.DEBUG)
+        self._logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._saved_level)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "retrying" in record.getMessage():
+            self.count += 1
+            self._changed.set()
+            self._changed = trio.Event()
+
+    async def reached(self, n: int) -> None:
+        while self.count < n:
+            await self._changed.wait()
+
+
 async def test_reconnect_after_runtime_restart(sock_path: str) -> None:
     policy = PinningPolicy()
     manager = make_manager(policy)
-    with trio.fail_after(GUARD):
+    with trio.fail_after(GUARD), DialFailures() as dial_failures:
         async with running_service(manager, sock_path) as service:
             async with Simulator.listen(sock_path) as sim:
                 await sim.wait_plugin()
@@ -147,7 +177,7 @@ async def test_reconnect_after_runtime_restart(sock_path: str) -> None:
                 await sim.create_container(p, c)
                 state = list(sim.pods.values()), list(sim.containers.values())
             # The runtime is gone; the service keeps dialling until a new one listens.
-            await trio.sleep(0.05)
+            await dial_failures.reached(dial_failures.count + 2)
             pods, ctrs = state
             async with Simulator.listen(sock_path, pods=pods, containers=ctrs) as sim2:
                 await sim2.wait_plugin()
@@ -162,9 +192,9 @@ async def test_missing_socket_is_reported_once_and_stop_works(
     sock_path: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="nri_resmgr.nri.service")
-    with trio.fail_after(GUARD):
+    with trio.fail_after(GUARD), DialFailures() as dial_failures:
         async with running_service(make_manager(), sock_path) as service:
-            await trio.sleep(0.2)  # several dial attempts with the fast test backoff
+            await dial_failures.reached(3)  # three dial attempts, one warning
             await service.stop()
             await service.stop()  # idempotent
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
