@@ -35,7 +35,7 @@ def _check_cpu(value: str, path: str) -> list[str]:
         if value.startswith(prefix):
             cpus = value[len(prefix) :]
             if not _CPULIST.match(cpus):
-                return [f"{path}: invalid CPU list {short_repr(cpus)}"]
+                return [f"{path}: invalid CPU list {short_repr(cpus)} in {short_repr(value)}"]
             return []
     if not _QUANTITY.match(value):
         return [

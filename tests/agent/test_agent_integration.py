@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -91,6 +92,15 @@ def build_for(cluster: Cluster) -> Callable[[PolicyDocument], ResourceManager]:
     return lambda doc: make_manager(options, doc)
 
 
+@asynccontextmanager
+async def agent_scope(api: ApiServer) -> AsyncIterator[tuple[KubeClient, trio.Nursery]]:
+    """The agent's client and a nursery for it: the agent is cancelled before its client
+    closes, so no status write can meet a closed client after the test's last check."""
+    async with KubeClient(api.config()) as client, trio.open_nursery() as nursery:
+        yield client, nursery
+        nursery.cancel_scope.cancel()
+
+
 async def start(nursery: trio.Nursery, agent: ConfigAgent, cluster: Cluster) -> ResourceManager:
     with trio.fail_after(60):
         manager = await agent.initial_config(build_for(cluster))
@@ -120,7 +130,7 @@ async def test_follows_node_group_default_live_and_moves_its_status(
 ) -> None:
     c = cluster
     await c.put("default", "1")
-    async with KubeClient(template_crd.config()) as agent_client:
+    async with agent_scope(template_crd) as (agent_client, nursery):
         agent = c.agent(agent_client)
         manager = await start(nursery, agent, c)
         assert cpu(manager) == "1"
@@ -165,7 +175,7 @@ async def test_bad_config_fails_with_the_field_and_the_old_config_stays(
 ) -> None:
     c = cluster
     await c.put("default", "1")
-    async with KubeClient(template_crd.config()) as agent_client:
+    async with agent_scope(template_crd) as (agent_client, nursery):
         manager = await start(nursery, c.agent(agent_client), c)
         # The CRD admits any string as reportPeriod, the config rules want a duration.
         with caplog.at_level(logging.ERROR):
@@ -197,7 +207,7 @@ async def test_apiserver_restart_mid_watch_misses_no_change(
 ) -> None:
     c = cluster
     await c.put("default", "1")
-    async with KubeClient(template_crd.config()) as agent_client:
+    async with agent_scope(template_crd) as (agent_client, nursery):
         manager = await start(nursery, c.agent(agent_client), c)
         await eventually(lambda: _is(c.entry_status("default"), ("Success", 1)))
         with caplog.at_level(logging.WARNING, logger="nri_resmgr.kube.watch"):
