@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -8,6 +9,7 @@ import pytest
 
 from nri_resmgr.config.models import BalloonType
 from nri_resmgr.errors import ConfigError
+from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
@@ -237,12 +239,17 @@ def test_restart_keeps_placement(tmp_path: Path, topology: str) -> None:
     layout = TOPOLOGIES[topology]
     old = policy(tmp_path, *types, layout=layout)
     rt = Runtime(old)
-    rt.create(besteffort("k", namespace="kube-system"))
-    rt.create(guaranteed("f1", 1000, namespace="full-a"))
-    rt.create(guaranteed("f2", 1500, namespace="full-b"))
-    rt.create(burstable("a1", 300, 600, namespace="app"))
-    rt.create(burstable("a2", 300, None, namespace="app"))
-    rt.create(besteffort("d1"))
+    for made in (
+        besteffort("k", namespace="kube-system"),
+        guaranteed("f1", 1000, namespace="full-a"),
+        guaranteed("f2", 1500, namespace="full-b"),
+        burstable("a1", 300, 600, namespace="app"),
+        burstable("a2", 300, None, namespace="app"),
+        besteffort("d1"),
+    ):
+        # On the smallest machines the last ones find no CPU: their creation fails.
+        with contextlib.suppress(PlacementError):
+            rt.create(made)
     new = BalloonsPolicy()
     new.setup(old.state.spec, PolicyEnv(host_root=str(tmp_path)))
     pods, containers = rt.reported()
@@ -268,13 +275,15 @@ def test_restart_places_unknown_containers(tmp_path: Path) -> None:
     assert {u.adjustment.cpuset_cpus for u in updates} == {"1-2"}
 
 
-def test_exhausted_machine_leaves_container_unpinned(
+def test_exhausted_machine_fails_the_creation_naming_the_shortage(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     p = policy(tmp_path, FULL, layout=ONE_SOCKET_4CPU)
     rt = Runtime(p)
     rt.create(guaranteed("f", 3000, namespace="full-a"))
-    with caplog.at_level(logging.WARNING):
-        late = rt.create(besteffort("late"))
-    assert rt.placement(late) == (None, None)
+    late = besteffort("late")
+    with caplog.at_level(logging.WARNING), pytest.raises(PlacementError) as err:
+        rt.create(late)
+    assert "default/late/c0: balloon default[0] has no CPU and none is free" in str(err.value)
     assert "default[0]: wanted 1 CPUs, got 0" in caplog.text
+    assert late[1].id not in rt.containers and p.state.members.get(late[1].id) is None

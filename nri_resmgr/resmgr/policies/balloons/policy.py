@@ -13,6 +13,7 @@ from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
+from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
 from nri_resmgr.resmgr.policies.balloons.restore import Live, rebuild
@@ -90,15 +91,15 @@ class BalloonsPolicy(HardwarePolicy):
 
     def reconfigure(self, spec: PolicySpec) -> list[Update]:
         state, matcher = self._build(spec)
-        lives = []
-        for a in self.state.members:
-            pod, c = self.pods.get(a.pod_id), self.containers.get(a.container_id)
-            if pod is not None and c is not None:
-                lives.append(self._live(matcher, pod, c, a.cpus, a.mems))
+        lives = [
+            self._live(matcher, a.pod, a.container, a.cpus, a.mems)
+            for a in self.state.members
+            if a.pod is not None and a.container is not None
+        ]
         old = self._state, self._matcher
         self._state, self._matcher = state, matcher
         try:
-            return self._restore(lives)
+            return self._restore(lives, strict=True)
         except ConfigError:
             self._state, self._matcher = old
             raise
@@ -106,14 +107,12 @@ class BalloonsPolicy(HardwarePolicy):
     # -- synchronization ------------------------------------------------------------------
 
     def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> list[Update]:
-        self.pods = {p.id: p for p in pods}
-        self.containers = {}
+        by_id = {p.id: p for p in pods}
         lives = []
         for c in containers:
-            pod = self.pods.get(c.pod_id)
+            pod = by_id.get(c.pod_id)
             if pod is None or c.state is ContainerState.STOPPED or _preserved(pod, c):
                 continue
-            self.containers[c.id] = c
             res = c.resources or Resources()
             cpus, mems = reported_cpuset(res.cpuset_cpus, c), reported_cpuset(res.cpuset_mems, c)
             lives.append(self._live(self.matcher, pod, c, cpus, mems))
@@ -123,13 +122,22 @@ class BalloonsPolicy(HardwarePolicy):
         log.info("synchronized %d containers, %d updates", len(lives), len(updates))
         return updates
 
-    def _restore(self, lives: list[Live]) -> list[Update]:
+    def _restore(self, lives: list[Live], strict: bool = False) -> list[Update]:
+        """Rebuild the balloons from ``lives``, in container-id order so that the result does
+        not depend on how they are listed. A container that cannot be placed refuses a
+        reconfiguration (``strict``) or, in Synchronize, is logged and left as it is."""
         state = self.state
+        lives = sorted(lives, key=lambda live: live.container.id)
         leftovers = rebuild(state, lives)
         self._create_min_balloons(state)
         for live in leftovers:
             log.info("%s: cpuset %s matches no balloon; placing afresh", live.name, live.cpus)
-            self._place(live)
+            try:
+                self._place(live)
+            except PlacementError as e:
+                if strict:
+                    raise ConfigError(f"spec: cannot place every container: {e}") from e
+                log.error("%s: left as the runtime has it", e)
         for b in state.balloons:
             state.fit(b)
         for live in lives:
@@ -147,10 +155,8 @@ class BalloonsPolicy(HardwarePolicy):
     # -- lifecycle ------------------------------------------------------------------------
 
     def create_container(self, pod: Pod, container: Container) -> tuple[Adjustment, list[Update]]:
-        self.pods.setdefault(pod.id, pod)
         if _preserved(pod, container):
             return Adjustment(), []
-        self.containers[container.id] = container
         state = self.state
         state.leave(container.id)
         live = self._live(self.matcher, pod, container, None, None)
@@ -182,6 +188,13 @@ class BalloonsPolicy(HardwarePolicy):
             )
             b = state.choose(default, live.pod.id, ns, live.request) or state.of_type(default)[0]
         state.join(b, live.allocation(), ns)
+        if not b.cpus:
+            # Never pinned to nothing: the creation fails, naming the shortage.
+            state.leave(live.container.id)
+            raise PlacementError(
+                f"{live.name}: balloon {b.name} has no CPU and none is free "
+                f"({live.request} mCPU requested)"
+            )
         return b
 
     def stop_container(self, pod: Pod, container: Container) -> list[Update]:
@@ -190,8 +203,14 @@ class BalloonsPolicy(HardwarePolicy):
         return self.state.refresh()
 
     def remove_container(self, pod: Pod, container: Container) -> list[Update]:
-        self.containers.pop(container.id, None)
         return self.stop_container(pod, container)
+
+    def updates_failed(self, container_ids: Sequence[str]) -> None:
+        # What those containers hold is unknown now: the next refresh sends it again.
+        for cid in container_ids:
+            a = self.state.members.get(cid)
+            if a is not None:
+                self.state.members.put(_with_applied(a, None, None))
 
 
 def _preserved(pod: Pod, c: Container) -> bool:

@@ -34,7 +34,16 @@ class Live:
         return f"{self.pod.namespace}/{self.pod.name}/{self.container.name}"
 
     def allocation(self) -> Allocation:
-        return Allocation(self.container.id, self.pod.id, self.name, "", Kind.SHARED, self.request)
+        return Allocation(
+            self.container.id,
+            self.pod.id,
+            self.name,
+            "",
+            Kind.SHARED,
+            self.request,
+            pod=self.pod,
+            container=self.container,
+        )
 
 
 def rebuild(state: Balloons, lives: Sequence[Live]) -> list[Live]:

@@ -10,10 +10,10 @@ from collections.abc import Callable
 import attrs
 
 from nri_resmgr.config.models import BalloonsSpec, BalloonType
-from nri_resmgr.resmgr.cache import Allocation, AllocationCache
+from nri_resmgr.resmgr.cache import Allocation, AllocationCache, follow
 from nri_resmgr.resmgr.cpualloc import pick_cpus, release_order
 from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.model import Adjustment, Update
+from nri_resmgr.resmgr.model import Update
 from nri_resmgr.sysfs import System
 
 log = logging.getLogger(__name__)
@@ -249,18 +249,10 @@ class Balloons:
         wanted = {b.name: self.desired(b, idle) for b in self.balloons}
         updates: list[Update] = []
         for m in sorted(self.members, key=lambda m: m.container_id):
-            cid = m.container_id
-            cpus, mems = wanted.get(m.pool, (None, None))
-            if cid == skip or (cpus, mems) == (m.cpus, m.mems):
+            if m.container_id == skip:
                 continue
-            self.members.put(attrs.evolve(m, cpus=cpus, mems=mems))
-            updates.append(
-                Update(
-                    cid,
-                    Adjustment(
-                        cpuset_cpus=None if cpus is None or cpus == m.cpus else str(cpus),
-                        cpuset_mems=None if mems is None or mems == m.mems else str(mems),
-                    ),
-                )
-            )
+            followed = follow(m, *wanted.get(m.pool, (None, None)))
+            if followed is not None:
+                self.members.put(followed.applied)
+                updates.append(followed.update)
         return updates
