@@ -102,3 +102,22 @@ def helm(session: nox.Session) -> None:
     session.run("python", "tools/gencrd.py", "--check")
     session.run("python", "-m", "tests.helm.helmbuild", env=env)
     session.run("pytest", "tests/helm", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
+def statemachine(session: nox.Session) -> None:
+    """The placement state machine with a larger budget than the default suite's."""
+    install_project(session, "test")
+    env = {
+        "NRI_RESMGR_STATEMACHINE_EXAMPLES": os.environ.get(
+            "NRI_RESMGR_STATEMACHINE_EXAMPLES", "500"
+        ),
+        "NRI_RESMGR_STATEMACHINE_STEPS": os.environ.get("NRI_RESMGR_STATEMACHINE_STEPS", "50"),
+    }
+    session.run(
+        "pytest",
+        "tests/policies/test_state_machine.py",
+        "--hypothesis-show-statistics",
+        *session.posargs,
+        env=env,
+    )

@@ -10,6 +10,8 @@ import pytest
 from nri_resmgr.config.models import BalloonType
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.cpualloc import PlacementError
+from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.resmgr.model import Container
 from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
@@ -91,17 +93,31 @@ def test_unknown_balloon_annotation_is_ignored(
 
 
 def test_inflate_and_deflate(tmp_path: Path) -> None:
-    rt = Runtime(policy(tmp_path, FULL))
+    # The rule (nri-plugins balloons), not remembered numbers: a balloon holds
+    # ceil(sum of its members' requests / 1000) CPUs, grows next to the CPUs it has (the same
+    # NUMA node first), and shrinking gives back lone threads before whole cores.
+    p = policy(tmp_path, FULL)
+    rt = Runtime(p)
+    system = p.system
+
+    def cpus(c: Container) -> CpuSet:
+        return CpuSet.parse(rt.cpus[c.id] or "")
+
     pod = guaranteed("p", 500, namespace="full-a")[0]
     c1 = rt.create((pod, container(pod, "c1", 500, 500)))
-    assert rt.cpus[c1.id] == "1"  # ceil(500/1000) = 1 CPU, in the tightest free spot
+    one = cpus(c1)
+    assert len(one) == 1 and one.isdisjoint(p.state.reserved)
     c2 = rt.create((pod, container(pod, "c2", 700, 700)))
-    assert rt.cpus[c2.id] == "1-2" and rt.updated == [c1.id]  # 1200 mCPU: 2 CPUs
+    two = cpus(c2)
+    assert len(two) == 2 and one.issubset(two) and cpus(c1) == two and rt.updated == [c1.id]
     c3 = rt.create((pod, container(pod, "c3", 1800, 1800)))
-    assert rt.cpus[c3.id] == "1-3"  # 3000 mCPU: 3 CPUs, grown within the NUMA node
+    three = cpus(c3)
+    assert len(three) == 3 and two.issubset(three) and len(system.nodes_of(three)) == 1
     rt.remove(c3)
     assert sorted(rt.updated) == sorted([c1.id, c2.id])
-    assert rt.cpus[c1.id] == rt.cpus[c2.id] == "2-3"  # the lone thread goes, the core stays
+    kept = cpus(c1)
+    assert kept == cpus(c2) and len(kept) == 2 and kept.issubset(three)
+    assert all(system.cpus[c].threads == kept for c in kept)  # one whole core stays
     rt.remove(c2)
     rt.remove(c1)
     assert "full[0]" not in balloons(rt.policy)  # type: ignore[arg-type]

@@ -20,9 +20,19 @@ from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Update
+from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
-from tests.policies.workload import Runtime, besteffort, burstable, guaranteed, start, topology_spec
+from tests.policies.workload import (
+    Runtime,
+    balloons_spec,
+    besteffort,
+    burstable,
+    guaranteed,
+    resources,
+    start,
+    topology_spec,
+)
 from tests.sysfs.fakesys import ONE_SOCKET_4CPU, Layout, write_sysfs
 
 TWO_CPUS = Layout(cores_per_node=2)
@@ -186,3 +196,30 @@ async def test_an_update_the_runtime_did_not_apply_is_not_believed_and_is_sent_a
     assert a is not None and a.cpus is None  # the runtime still has 1-3, not 0-2
     _, again = await manager.create_container(*besteffort("next"))
     assert [(u.container_id, u.adjustment.cpuset_cpus) for u in again] == [(be.id, "0-2")]
+
+
+# -- found by the state machine (tests/policies/test_state_machine.py) ----------------------
+
+
+def test_an_update_under_pin_memory_off_keeps_the_mems_the_runtime_has(tmp_path: Path) -> None:
+    p = policy(tmp_path, TWO_NODES_OF_TWO, reserved="750m")
+    rt = Runtime(p)
+    pod_, c = guaranteed("g", 250)
+    rt.create((pod_, c))
+    rt.apply(p.reconfigure(topology_spec(reserved="750m", pin_cpu=False, pin_memory=False)))
+    rt.apply(p.update_container(pod_, c, resources(500, 500)))
+    assert_view_is_runtime(p, rt)
+    assert rt.mems[c.id] is not None  # still what it was given, and the policy knows it
+
+
+def test_balloons_reserved_cpus_moved_under_a_balloon_re_place_its_members(
+    tmp_path: Path,
+) -> None:
+    p = BalloonsPolicy()
+    start(p, tmp_path, Layout(packages=3, cores_per_node=1, threads=2), balloons_spec("1"))
+    rt = Runtime(p)
+    c = rt.create(guaranteed("d", 250))
+    assert rt.cpus[c.id] == "1"
+    rt.apply(p.reconfigure(balloons_spec("2")))  # CPUs 0-1 are reserved now
+    assert CpuSet.parse(rt.cpus[c.id] or "").isdisjoint(CpuSet.parse("0-1"))
+    assert rt.cpus[c.id]

@@ -84,6 +84,8 @@ def _restore_balloon(state: Balloons, members: list[Live], own: CpuSet) -> Ballo
     taken = CpuSet.union_all(b.cpus for b in state.balloons)
     if not own or not own.isdisjoint(taken) or not own.issubset(state.allowed):
         return None
+    if t.name != RESERVED and not own.isdisjoint(state.reserved):
+        return None  # reserved CPUs moved under it: its members are placed afresh
     if t.max_balloons > 0 and len(state.of_type(t)) >= t.max_balloons:
         return None
     return state.create(t, cpus=own)

@@ -284,13 +284,19 @@ class Engine:
     def _shared_of(self, pool: int, taken: CpuSet | None, shared: list[CpuSet] | None) -> CpuSet:
         return shared[pool] if shared is not None else self.shared_cpus(pool, taken)
 
-    def adjustment(self, a: Allocation) -> Adjustment:
-        """The adjustment of a container being created; what it sets is what the runtime
-        will hold, so it is recorded as applied."""
+    def adjustment(self, a: Allocation, held: Allocation | None = None) -> Adjustment:
+        """The adjustment of a container being created (or updated, ``held`` being what it
+        had): what it sets is what the runtime will hold, what it leaves alone stays."""
         cpus, mems = self.desired(a)
         if cpus is not None and not cpus:
             raise PlacementError(f"{a.name}: no CPU left in pool {a.pool} ({a.kind.value})")
-        self.cache.put(attrs.evolve(a, cpus=cpus, mems=mems))
+        self.cache.put(
+            attrs.evolve(
+                a,
+                cpus=cpus if cpus is not None or held is None else held.cpus,
+                mems=mems if mems is not None or held is None else held.mems,
+            )
+        )
         return Adjustment(
             cpuset_cpus=None if cpus is None else str(cpus),
             cpuset_mems=None if mems is None else str(mems),

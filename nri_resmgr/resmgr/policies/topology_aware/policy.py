@@ -142,7 +142,7 @@ class TopologyAwarePolicy(HardwarePolicy):
         engine.release(container.id)
         try:
             a = self._grant(live, old.pool if old is not None else None)
-            own = Update(container.id, engine.adjustment(a))
+            own = Update(container.id, engine.adjustment(a, old))
         except PlacementError:
             # The update fails; the container keeps what it had.
             engine.release(container.id)

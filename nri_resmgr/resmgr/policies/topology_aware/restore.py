@@ -91,10 +91,11 @@ def _grant(engine: Engine, live: Live) -> None:
 def _empties_a_pool(engine: Engine, claim: CpuSet) -> bool:
     """Whether taking ``claim`` exclusively would leave some pool without shared CPUs."""
     taken = engine.cache.exclusive_cpus()
-    after = taken | claim
+    # Only the pools the claim overlaps can lose CPUs.
     return any(
-        engine.shared_cpus(p.index, taken) and not engine.shared_cpus(p.index, after)
-        for p in engine.pools
+        not (engine.shared_cpus(i, taken) - claim)
+        for i, sharable in enumerate(engine.sharable)
+        if not sharable.isdisjoint(claim)
     )
 
 
