@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from nri_resmgr.config.models import BalloonType
 from nri_resmgr.resmgr.cache import Kind
 from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuset import CpuSet
@@ -223,3 +224,31 @@ def test_balloons_reserved_cpus_moved_under_a_balloon_re_place_its_members(
     rt.apply(p.reconfigure(balloons_spec("2")))  # CPUs 0-1 are reserved now
     assert CpuSet.parse(rt.cpus[c.id] or "").isdisjoint(CpuSet.parse("0-1"))
     assert rt.cpus[c.id]
+
+
+def _balloons_restart_keeps(tmp_path: Path, layout: Layout, app: BalloonType, milli: int) -> None:
+    spec = balloons_spec("750m", balloon_types=(app,))
+    old = BalloonsPolicy()
+    start(old, tmp_path, layout, spec)
+    rt = Runtime(old)
+    rt.create(guaranteed("p1", 250))
+    rt.create(guaranteed("p2", milli, namespace="app"))  # falls back to the default balloon
+    before = dict(rt.cpus)
+    new = BalloonsPolicy()
+    new.setup(spec, PolicyEnv(host_root=str(tmp_path)))
+    pods, containers = rt.reported()
+    assert new.synchronize(pods, containers) == []
+    assert {m.container_id for m in new.state.members} == set(before)
+    assert {m.container_id: str(m.cpus) for m in new.state.members} == before
+
+
+def test_balloons_restart_keeps_a_container_that_fell_back_next_to_default_ones(
+    tmp_path: Path,
+) -> None:
+    # Two CPUs: the app type gets none, so its container shares the default balloon.
+    _balloons_restart_keeps(tmp_path, TWO_CPUS, BalloonType(name="app", namespaces=("app",)), 250)
+
+
+def test_balloons_restart_keeps_a_container_above_its_types_max_cpus(tmp_path: Path) -> None:
+    app = BalloonType(name="app", namespaces=("app",), max_cpus=1)
+    _balloons_restart_keeps(tmp_path, ONE_SOCKET_4CPU, app, 1500)

@@ -74,9 +74,12 @@ class BalloonsPolicy(HardwarePolicy):
     def _create_min_balloons(self, state: Balloons) -> None:
         reserved_type = self.matcher.by_name(RESERVED)
         assert reserved_type is not None
-        if not state.of_type(reserved_type):
-            taken = CpuSet.union_all(b.cpus for b in state.balloons)
+        taken = CpuSet.union_all(b.cpus for b in state.balloons)
+        restored = state.of_type(reserved_type)
+        if not restored:
             state.create(reserved_type, cpus=state.reserved - taken)
+        else:
+            restored[0].cpus = restored[0].cpus | (state.reserved - taken)
         for t in creation_order(list(self.matcher.types)):
             while len(state.of_type(t)) < max(t.min_balloons, 1 if t.name == DEFAULT else 0):
                 if state.create(t, count=t.min_cpus) is None:
@@ -128,7 +131,7 @@ class BalloonsPolicy(HardwarePolicy):
         reconfiguration (``strict``) or, in Synchronize, is logged and left as it is."""
         state = self.state
         lives = sorted(lives, key=lambda live: live.container.id)
-        leftovers = rebuild(state, lives)
+        leftovers = rebuild(state, lives, self.matcher.by_name(DEFAULT))
         self._create_min_balloons(state)
         for live in leftovers:
             log.info("%s: cpuset %s matches no balloon; placing afresh", live.name, live.cpus)

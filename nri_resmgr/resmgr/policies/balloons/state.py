@@ -63,7 +63,9 @@ class Balloons:
     # -- CPUs -----------------------------------------------------------------------------
 
     def free(self) -> CpuSet:
-        return self.allowed - CpuSet.union_all(b.cpus for b in self.balloons)
+        # Reserved CPUs are the reserved balloon's even when it does not hold them yet
+        # (restored from a container that had only some): never free for other balloons.
+        return self.allowed - self.reserved - CpuSet.union_all(b.cpus for b in self.balloons)
 
     def _pick(self, t: BalloonType, near: CpuSet, count: int) -> CpuSet | None:
         free = self.free()
