@@ -187,17 +187,33 @@ def test_min_balloons_created_by_priority(tmp_path: Path) -> None:
 
 
 def test_shared_idle_cpus_follow_balloon_changes(tmp_path: Path) -> None:
-    rt = Runtime(policy(tmp_path, APP, FULL))
+    # The rule (shareIdleCPUsInSame: numa): an app container runs on its balloon's CPUs plus
+    # the CPUs of the same NUMA node that no balloon holds; those follow every change.
+    p = policy(tmp_path, APP, FULL)
+    rt = Runtime(p)
+    system = p.system
+
+    def cpus(c: Container) -> CpuSet:
+        return CpuSet.parse(rt.cpus[c.id] or "")
+
+    def expected_app() -> CpuSet:
+        b = p.state.by_name(p.state.members.get(s.id).pool)  # type: ignore[union-attr]
+        assert b is not None
+        node = CpuSet.union_all(system.nodes[n].cpus for n in system.nodes_of(b.cpus))
+        return b.cpus | (p.state.free() & node)
+
     s = rt.create(burstable("s", 100, 200, namespace="app"))
-    assert rt.cpus[s.id] == "1-3"  # its CPU plus the idle CPUs of its NUMA node
+    alone = cpus(s)
+    assert alone == expected_app() and len(alone) > 1
     f = rt.create(guaranteed("f", 2000, namespace="full-a"))
-    assert rt.cpus[f.id] == "2-3"
-    assert rt.updated == [s.id] and rt.cpus[s.id] == "1"
+    assert len(cpus(f)) == 2 and cpus(f).isdisjoint(cpus(s))
+    assert rt.updated == [s.id] and cpus(s) == expected_app()
     g = rt.create(guaranteed("g", 2000, namespace="full-b"))
-    assert rt.cpus[g.id] == "2-5" and rt.updated == [f.id]  # f's balloon inflates for g
+    assert cpus(g) == cpus(f) and len(cpus(g)) == 4 and rt.updated == [f.id]  # f's inflates
+    assert cpus(s) == expected_app() and cpus(s).isdisjoint(cpus(g))
     rt.remove(g)
     rt.remove(f)
-    assert rt.cpus[s.id] == "1-3"
+    assert cpus(s) == alone
 
 
 @pytest.mark.parametrize(
