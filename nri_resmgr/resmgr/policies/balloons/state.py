@@ -253,7 +253,10 @@ class Balloons:
         for m in sorted(self.members, key=lambda m: m.container_id):
             if m.container_id == skip:
                 continue
-            followed = follow(m, *wanted.get(m.pool, (None, None)))
+            cpus, mems = wanted.get(m.pool, (None, None))
+            if cpus == m.cpus and mems == m.mems:
+                continue  # the common case, without a call per member
+            followed = follow(m, cpus, mems)
             if followed is not None:
                 self.members.put(followed.applied)
                 updates.append(followed.update)

@@ -324,7 +324,10 @@ class Engine:
         for a in sorted(self.cache, key=lambda a: a.container_id):
             if a.container_id == skip:
                 continue
-            followed = follow(a, *self.desired(a, taken, shared))
+            cpus, mems = self.desired(a, taken, shared)
+            if cpus == a.cpus and mems == a.mems:
+                continue
+            followed = follow(a, cpus, mems)
             if followed is not None:
                 self.cache.put(followed.applied)
                 updates.append(followed.update)
