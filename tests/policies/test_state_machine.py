@@ -55,6 +55,7 @@ from tests.sysfs.fakesys import Layout, write_sysfs
 P = "resource-policy.nri.io"
 EXAMPLES = int(os.environ.get("NRI_RESMGR_STATEMACHINE_EXAMPLES", "30"))
 STEPS = int(os.environ.get("NRI_RESMGR_STATEMACHINE_STEPS", "25"))
+REPORT = bool(os.environ.get("NRI_RESMGR_STATEMACHINE_REPORT"))
 
 
 # -- machines and configurations --------------------------------------------------------------
@@ -166,9 +167,13 @@ class PlacementMachine(RuleBasedStateMachine):
         self.spec: PolicySpec
         self.node: Node
         self.serial = 0
+        self.steps = 0
 
     def teardown(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+        if REPORT:
+            # One line per example, for counting what a run covered (steps = rules run).
+            print(f"state-machine {self.policy_name}: {self.steps} steps")
 
     # -- set-up -----------------------------------------------------------------------------
 
@@ -322,6 +327,7 @@ class PlacementMachine(RuleBasedStateMachine):
     def placement_holds_on_the_runtime(self) -> None:
         if not hasattr(self, "node"):
             return
+        self.steps += 1
         rt = self.node.runtime
         allowed, reserved = self._allowed_reserved()
         pin_cpu = bool(getattr(self.spec, "pin_cpu", True))
