@@ -252,3 +252,22 @@ def test_balloons_restart_keeps_a_container_that_fell_back_next_to_default_ones(
 def test_balloons_restart_keeps_a_container_above_its_types_max_cpus(tmp_path: Path) -> None:
     app = BalloonType(name="app", namespaces=("app",), max_cpus=1)
     _balloons_restart_keeps(tmp_path, ONE_SOCKET_4CPU, app, 1500)
+
+
+def test_balloons_restart_keeps_a_kube_system_container_that_fell_back_to_default(
+    tmp_path: Path,
+) -> None:
+    # Two CPUs, CPU 0 reserved: a 1500 mCPU kube-system container cannot grow the reserved
+    # balloon, so it shares the default balloon (found with 500 examples).
+    spec = balloons_spec("750m")
+    old = BalloonsPolicy()
+    start(old, tmp_path, TWO_CPUS, spec)
+    rt = Runtime(old)
+    rt.create(guaranteed("p1", 250))
+    rt.create(guaranteed("p2", 1500, namespace="kube-system"))
+    before = dict(rt.cpus)
+    new = BalloonsPolicy()
+    new.setup(spec, PolicyEnv(host_root=str(tmp_path)))
+    pods, containers = rt.reported()
+    assert new.synchronize(pods, containers) == []
+    assert {m.container_id: str(m.cpus) for m in new.state.members} == before

@@ -89,9 +89,7 @@ def _mixed_types_fell_back(lives: list[Live], fallback: BalloonType) -> list[Liv
         if live.cpus:
             types[live.cpus].add(live.type.name)
     return [
-        attrs.evolve(live, type=fallback)
-        if live.cpus and len(types[live.cpus]) > 1 and RESERVED not in types[live.cpus]
-        else live
+        attrs.evolve(live, type=fallback) if live.cpus and len(types[live.cpus]) > 1 else live
         for live in lives
     ]
 
