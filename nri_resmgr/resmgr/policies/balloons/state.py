@@ -254,7 +254,8 @@ class Balloons:
             if m.container_id == skip:
                 continue
             cpus, mems = wanted.get(m.pool, (None, None))
-            if cpus == m.cpus and mems == m.mems:
+            # A tuple compares by identity first: the common case costs no __eq__ call.
+            if (cpus, mems) == (m.cpus, m.mems):
                 continue  # the common case, without a call per member
             followed = follow(m, cpus, mems)
             if followed is not None:

@@ -325,7 +325,8 @@ class Engine:
             if a.container_id == skip:
                 continue
             cpus, mems = self.desired(a, taken, shared)
-            if cpus == a.cpus and mems == a.mems:
+            # A tuple compares by identity first: the common case costs no __eq__ call.
+            if (cpus, mems) == (a.cpus, a.mems):
                 continue
             followed = follow(a, cpus, mems)
             if followed is not None:
