@@ -254,8 +254,9 @@ def test_balloons_restart_keeps_a_container_above_its_types_max_cpus(tmp_path: P
     _balloons_restart_keeps(tmp_path, ONE_SOCKET_4CPU, app, 1500)
 
 
+@pytest.mark.parametrize("alone", [False, True])
 def test_balloons_restart_keeps_a_kube_system_container_that_fell_back_to_default(
-    tmp_path: Path,
+    tmp_path: Path, alone: bool
 ) -> None:
     # Two CPUs, CPU 0 reserved: a 1500 mCPU kube-system container cannot grow the reserved
     # balloon, so it shares the default balloon (found with 500 examples).
@@ -263,8 +264,10 @@ def test_balloons_restart_keeps_a_kube_system_container_that_fell_back_to_defaul
     old = BalloonsPolicy()
     start(old, tmp_path, TWO_CPUS, spec)
     rt = Runtime(old)
-    rt.create(guaranteed("p1", 250))
+    p1 = rt.create(guaranteed("p1", 250))
     rt.create(guaranteed("p2", 1500, namespace="kube-system"))
+    if alone:  # the default container goes: nothing but its cpuset says where it is
+        rt.remove(p1)
     before = dict(rt.cpus)
     new = BalloonsPolicy()
     new.setup(spec, PolicyEnv(host_root=str(tmp_path)))

@@ -62,6 +62,14 @@ def rebuild(
             for live in lives
         ]
         lives = _mixed_types_fell_back(lives, fallback)
+        # The reserved balloon holds the reserved CPUs: a reserved-class container without
+        # any of them fell back to the default balloon.
+        lives = [
+            attrs.evolve(live, type=fallback)
+            if live.type.name == RESERVED and live.cpus and live.cpus.isdisjoint(state.reserved)
+            else live
+            for live in lives
+        ]
     for live in lives:
         if live.cpus:
             clusters[(live.type.name, live.cpus)].append(live)
