@@ -137,3 +137,22 @@ def mutation(session: nox.Session) -> None:
     session.run("nice", "-n", "10", "mutmut", "run", "--max-children", "2", *session.posargs,
                 external=True)  # fmt: skip
     session.run("python", "tools/mutation_report.py", "--survivors")
+
+
+@nox.session(python=PYTHON)
+def statemachine(session: nox.Session) -> None:
+    """The placement state machine with a larger budget than the default suite's."""
+    install_project(session, "test")
+    env = {
+        "NRI_RESMGR_STATEMACHINE_EXAMPLES": os.environ.get(
+            "NRI_RESMGR_STATEMACHINE_EXAMPLES", "500"
+        ),
+        "NRI_RESMGR_STATEMACHINE_STEPS": os.environ.get("NRI_RESMGR_STATEMACHINE_STEPS", "50"),
+    }
+    session.run(
+        "pytest",
+        "tests/policies/test_state_machine.py",
+        "--hypothesis-show-statistics",
+        *session.posargs,
+        env=env,
+    )

@@ -7,12 +7,16 @@ it in Synchronize from the cpusets the runtime reports, so running containers st
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Iterator
 from typing import NamedTuple
 
 import attrs
 
 from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
+
+log = logging.getLogger(__name__)
 
 
 class Kind(enum.Enum):
@@ -21,6 +25,11 @@ class Kind(enum.Enum):
     MIXED = "exclusive+shared"
     RESERVED = "reserved"
     PRESERVE = "preserve"
+
+    @property
+    def takes_load(self) -> bool:
+        """Reserved and preserved containers take nothing from a pool's shared CPUs."""
+        return self not in (Kind.RESERVED, Kind.PRESERVE)
 
 
 @attrs.frozen
@@ -42,10 +51,46 @@ class Allocation:
     mems: CpuSet | None = None
     keep_mems: bool = False
     """memory.preserve: the policy leaves cpuset.mems alone."""
+    pod: Pod | None = attrs.field(default=None, eq=False, repr=False)
+    container: Container | None = attrs.field(default=None, eq=False, repr=False)
+    """The pod and container as placed: a reconfiguration re-derives the grant from them, so
+    a policy keeps no pod/container maps of its own (the manager has the one registry)."""
 
     @property
     def shared_part(self) -> int:
         return self.request % 1000 if self.kind is Kind.MIXED else self.request
+
+
+@attrs.frozen
+class Followed:
+    """An update for the runtime and the allocation as the runtime holds it once applied."""
+
+    applied: Allocation
+    update: Update
+
+
+def follow(a: Allocation, cpus: CpuSet | None, mems: CpuSet | None) -> Followed | None:
+    """The update that brings ``a``'s container to (cpus, mems); None when nothing changes.
+
+    The policy's view follows the runtime: a field the policy leaves alone (None) keeps what
+    the runtime has, and an empty cpuset is never sent, since the runtime would read it as
+    "no change" and the view would drift from what the container really has.
+    """
+    send_cpus = cpus is not None and cpus != a.cpus
+    send_mems = mems is not None and mems != a.mems
+    if send_cpus and not cpus:
+        log.error("%s: no CPU left in %s; it keeps cpuset %s", a.name, a.pool, a.cpus)
+        send_cpus = False
+    if not (send_cpus or send_mems):
+        return None
+    adjustment = Adjustment(
+        cpuset_cpus=str(cpus) if send_cpus else None,
+        cpuset_mems=str(mems) if send_mems else None,
+    )
+    applied = attrs.evolve(
+        a, cpus=cpus if send_cpus else a.cpus, mems=mems if send_mems else a.mems
+    )
+    return Followed(applied, Update(a.container_id, adjustment))
 
 
 class PoolLoad(NamedTuple):
@@ -57,10 +102,6 @@ class PoolLoad(NamedTuple):
 
 
 _NO_LOAD = PoolLoad()
-
-
-def _counts_as_load(a: Allocation) -> bool:
-    return a.kind not in (Kind.RESERVED, Kind.PRESERVE)
 
 
 class AllocationCache:
@@ -111,11 +152,13 @@ class AllocationCache:
             self._exclusive = None
 
     def _count(self, a: Allocation, sign: int) -> None:
-        if _counts_as_load(a):
-            mcpu, users, count = self._loads.get(a.pool, _NO_LOAD)
+        if a.kind.takes_load:
+            load = self._loads.get(a.pool, _NO_LOAD)
             uses_shared = a.kind is Kind.SHARED or a.kind is Kind.MIXED
             self._loads[a.pool] = PoolLoad(
-                mcpu + sign * a.shared_part, users + sign * uses_shared, count + sign
+                load.shared_mcpu + sign * a.shared_part,
+                load.shared_users + sign * uses_shared,
+                load.containers + sign,
             )
 
     def loads(self) -> dict[str, PoolLoad]:

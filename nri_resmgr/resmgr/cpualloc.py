@@ -11,12 +11,18 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
+from nri_resmgr.errors import ResmgrError
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.sysfs import System
 
 
-class AllocationError(RuntimeError):
+class AllocationError(ResmgrError, RuntimeError):
     """Not enough CPUs to satisfy a request."""
+
+
+class PlacementError(AllocationError):
+    """A container cannot be given any CPU it may run on. Its creation fails with this message
+    (naming the container and the shortage) rather than the container running unpinned."""
 
 
 def pick_cpus(system: System, available: CpuSet, count: int, lowest: bool = False) -> CpuSet:

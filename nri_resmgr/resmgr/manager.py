@@ -55,6 +55,9 @@ class RuntimeUpdater(Protocol):
 
 
 class ResourceManager:
+    """The one lock, and the one registry of the pods and containers the runtime has
+    (``pods``, ``containers``); policies keep no copy (each allocation carries its own)."""
+
     def __init__(self, policy: Policy, spec: PolicySpec, env: PolicyEnv) -> None:
         self.lock = trio.Lock()
         self.policy = policy
@@ -106,6 +109,9 @@ class ResourceManager:
         failed = await self._runtime.update_containers(updates)
         for u in failed:
             log.warning("runtime failed to update container %s", u.container_id)
+        if failed:
+            async with self.lock:
+                self.policy.updates_failed([u.container_id for u in failed])
         return failed
 
     # -- NRI requests ---------------------------------------------------------------------

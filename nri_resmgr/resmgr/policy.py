@@ -73,6 +73,10 @@ class Policy(Protocol):
 
     def remove_container(self, pod: Pod, container: Container) -> list[Update]: ...
 
+    def updates_failed(self, container_ids: Sequence[str]) -> None:
+        """The runtime did not apply the updates sent for these containers: the policy's view
+        of their cpusets must not claim what the runtime does not hold."""
+
     def dra_devices(self) -> list[Device]:
         """The devices this policy offers through DRA (published in the ResourceSlice)."""
 
@@ -131,6 +135,9 @@ class PolicyBase:
 
     def remove_container(self, pod: Pod, container: Container) -> list[Update]:
         return []
+
+    def updates_failed(self, container_ids: Sequence[str]) -> None:
+        pass
 
     def dra_devices(self) -> list[Device]:
         return []

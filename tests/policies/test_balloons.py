@@ -9,6 +9,9 @@ import pytest
 
 from nri_resmgr.config.models import BalloonType
 from nri_resmgr.errors import ConfigError
+from nri_resmgr.resmgr.cpualloc import PlacementError
+from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.resmgr.model import Container
 from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.resmgr.policies.balloons.types import BalloonsError
@@ -88,17 +91,31 @@ def test_unknown_balloon_annotation_fails_the_container(tmp_path: Path) -> None:
 
 
 def test_inflate_and_deflate(tmp_path: Path) -> None:
-    rt = Runtime(policy(tmp_path, FULL))
+    # The rule (nri-plugins balloons), not remembered numbers: a balloon holds
+    # ceil(sum of its members' requests / 1000) CPUs, grows next to the CPUs it has (the same
+    # NUMA node first), and shrinking gives back lone threads before whole cores.
+    p = policy(tmp_path, FULL)
+    rt = Runtime(p)
+    system = p.system
+
+    def cpus(c: Container) -> CpuSet:
+        return CpuSet.parse(rt.cpus[c.id] or "")
+
     pod = guaranteed("p", 500, namespace="full-a")[0]
     c1 = rt.create((pod, container(pod, "c1", 500, 500)))
-    assert rt.cpus[c1.id] == "1"  # ceil(500/1000) = 1 CPU, in the tightest free spot
+    one = cpus(c1)
+    assert len(one) == 1 and one.isdisjoint(p.state.reserved)
     c2 = rt.create((pod, container(pod, "c2", 700, 700)))
-    assert rt.cpus[c2.id] == "1-2" and rt.updated == [c1.id]  # 1200 mCPU: 2 CPUs
+    two = cpus(c2)
+    assert len(two) == 2 and one.issubset(two) and cpus(c1) == two and rt.updated == [c1.id]
     c3 = rt.create((pod, container(pod, "c3", 1800, 1800)))
-    assert rt.cpus[c3.id] == "1-3"  # 3000 mCPU: 3 CPUs, grown within the NUMA node
+    three = cpus(c3)
+    assert len(three) == 3 and two.issubset(three) and len(system.nodes_of(three)) == 1
     rt.remove(c3)
     assert sorted(rt.updated) == sorted([c1.id, c2.id])
-    assert rt.cpus[c1.id] == rt.cpus[c2.id] == "2-3"  # the lone thread goes, the core stays
+    kept = cpus(c1)
+    assert kept == cpus(c2) and len(kept) == 2 and kept.issubset(three)
+    assert all(system.cpus[c].threads == kept for c in kept)  # one whole core stays
     rt.remove(c2)
     rt.remove(c1)
     assert "full[0]" not in balloons(rt.policy)  # type: ignore[arg-type]
@@ -108,7 +125,10 @@ def test_min_and_max_cpus(tmp_path: Path) -> None:
     small = BalloonType(name="small", namespaces=("s",), min_cpus=2, max_cpus=2)
     rt = Runtime(policy(tmp_path, small))
     a = rt.create(burstable("a", 100, 200, namespace="s"))
-    assert rt.cpus[a.id] == "2-3"  # minCPUs
+    got = CpuSet.parse(rt.cpus[a.id] or "")
+    # minCPUs (2) although 100 mCPU needs one; a whole core, off the reserved CPU.
+    assert len(got) == 2 and rt.policy.system.core_of(min(got)) == got  # type: ignore[attr-defined]
+    assert got.isdisjoint(rt.policy.state.reserved)  # type: ignore[attr-defined]
     with pytest.raises(BalloonsError, match="no suitable balloon instance available"):
         rt.create(guaranteed("big", 3000, namespace="s"))  # above maxCPUs
 
@@ -119,7 +139,8 @@ def test_max_balloons_singleton_fills(tmp_path: Path) -> None:
     rt = Runtime(p)
     rt.create(guaranteed("a", 1500, namespace="one"))
     rt.create(guaranteed("b", 500, namespace="one"))
-    assert balloons(p)["one[0]"] == "2-3"
+    one = CpuSet.parse(balloons(p)["one[0]"])
+    assert len(one) == 2  # 2000 mCPU, at maxCPUs: the singleton is full
     with pytest.raises(BalloonsError, match="no suitable balloon instance available"):
         rt.create(guaranteed("c", 500, namespace="one"))
 
@@ -168,17 +189,33 @@ def test_min_balloons_created_by_priority(tmp_path: Path) -> None:
 
 
 def test_shared_idle_cpus_follow_balloon_changes(tmp_path: Path) -> None:
-    rt = Runtime(policy(tmp_path, APP, FULL))
+    # The rule (shareIdleCPUsInSame: numa): an app container runs on its balloon's CPUs plus
+    # the CPUs of the same NUMA node that no balloon holds; those follow every change.
+    p = policy(tmp_path, APP, FULL)
+    rt = Runtime(p)
+    system = p.system
+
+    def cpus(c: Container) -> CpuSet:
+        return CpuSet.parse(rt.cpus[c.id] or "")
+
+    def expected_app() -> CpuSet:
+        b = p.state.by_name(p.state.members.get(s.id).pool)  # type: ignore[union-attr]
+        assert b is not None
+        node = CpuSet.union_all(system.nodes[n].cpus for n in system.nodes_of(b.cpus))
+        return b.cpus | (p.state.free() & node)
+
     s = rt.create(burstable("s", 100, 200, namespace="app"))
-    assert rt.cpus[s.id] == "1-3"  # its CPU plus the idle CPUs of its NUMA node
+    alone = cpus(s)
+    assert alone == expected_app() and len(alone) > 1
     f = rt.create(guaranteed("f", 2000, namespace="full-a"))
-    assert rt.cpus[f.id] == "2-3"
-    assert rt.updated == [s.id] and rt.cpus[s.id] == "1"
+    assert len(cpus(f)) == 2 and cpus(f).isdisjoint(cpus(s))
+    assert rt.updated == [s.id] and cpus(s) == expected_app()
     g = rt.create(guaranteed("g", 2000, namespace="full-b"))
-    assert rt.cpus[g.id] == "2-5" and rt.updated == [f.id]  # f's balloon inflates for g
+    assert cpus(g) == cpus(f) and len(cpus(g)) == 4 and rt.updated == [f.id]  # f's inflates
+    assert cpus(s) == expected_app() and cpus(s).isdisjoint(cpus(g))
     rt.remove(g)
     rt.remove(f)
-    assert rt.cpus[s.id] == "1-3"
+    assert cpus(s) == alone
 
 
 @pytest.mark.parametrize(
@@ -236,17 +273,17 @@ def test_restart_keeps_placement(tmp_path: Path, topology: str) -> None:
     layout = TOPOLOGIES[topology]
     old = policy(tmp_path, *types, layout=layout)
     rt = Runtime(old)
-    rt.create(besteffort("k", namespace="kube-system"))
-    rt.create(guaranteed("f1", 1000, namespace="full-a"))
-    for pc in (
+    for made in (
+        besteffort("k", namespace="kube-system"),
+        guaranteed("f1", 1000, namespace="full-a"),
         guaranteed("f2", 1500, namespace="full-b"),
         burstable("a1", 300, 600, namespace="app"),
         burstable("a2", 300, None, namespace="app"),
         besteffort("d1"),
     ):
-        # On the small machines some find no balloon: their creation fails, as upstream's.
-        with contextlib.suppress(BalloonsError):
-            rt.create(pc)
+        # On the small machines some find no balloon or no CPU: their creation fails.
+        with contextlib.suppress(BalloonsError, PlacementError):
+            rt.create(made)
     new = BalloonsPolicy()
     new.setup(old.state.spec, PolicyEnv(host_root=str(tmp_path)))
     pods, containers = rt.reported()
@@ -272,13 +309,15 @@ def test_restart_places_unknown_containers(tmp_path: Path) -> None:
     assert {u.adjustment.cpuset_cpus for u in updates} == {"1-2"}
 
 
-def test_exhausted_machine_leaves_container_unpinned(
+def test_exhausted_machine_fails_the_creation_naming_the_shortage(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     p = policy(tmp_path, FULL, layout=ONE_SOCKET_4CPU)
     rt = Runtime(p)
     rt.create(guaranteed("f", 3000, namespace="full-a"))
-    with caplog.at_level(logging.WARNING):
-        late = rt.create(besteffort("late"))
-    assert rt.placement(late) == (None, None)
+    late = besteffort("late")
+    with caplog.at_level(logging.WARNING), pytest.raises(PlacementError) as err:
+        rt.create(late)
+    assert "default/late/c0: balloon default[0] has no CPU and none is free" in str(err.value)
     assert "default[0]: wanted 1 CPUs, got 0" in caplog.text
+    assert late[1].id not in rt.containers and p.state.members.get(late[1].id) is None

@@ -80,35 +80,71 @@ def test_registered() -> None:
     assert isinstance(create_policy("topology-aware"), TopologyAwarePolicy)
 
 
+def exclusive_of(p: TopologyAwarePolicy, c_id: str) -> tuple[str, str]:
+    a = p.engine.cache.get(c_id)
+    assert a is not None
+    return a.kind.value, str(a.exclusive)
+
+
+def assert_exclusive_is_exclusive(p: TopologyAwarePolicy, rt: Runtime) -> None:
+    """No container's exclusive CPUs appear in any other container's cpuset."""
+    for a in p.engine.cache:
+        assert a.exclusive.issubset(CpuSet.parse(rt.cpus[a.container_id] or ""))
+        for other, cpus in rt.cpus.items():
+            if other != a.container_id:
+                assert a.exclusive.isdisjoint(CpuSet.parse(cpus or "")), (a.name, other)
+
+
 def test_basic_placement_spreads_over_numa_nodes(tmp_path: Path) -> None:
-    # e2e test00: four 1-CPU guaranteed containers land on four different NUMA nodes.
-    rt = Runtime(policy(tmp_path))
-    got = [rt.placement(rt.create(guaranteed(f"g{i}", 1000))) for i in range(4)]
-    assert got == [("4", "1"), ("8", "2"), ("12", "3"), ("1", "0")]
+    # e2e test00 asserts only that four 1-CPU guaranteed containers get disjoint CPUs; the
+    # spreading is nri-plugins' pool scoring (the most free capacity wins), so each lands on
+    # a NUMA node of its own, with its memory there.
+    p = policy(tmp_path)
+    rt = Runtime(p)
+    made = [rt.create(guaranteed(f"g{i}", 1000)) for i in range(4)]
+    cpus = [CpuSet.parse(rt.cpus[c.id] or "") for c in made]
+    assert all(len(c) == 1 for c in cpus)
+    assert len(CpuSet.union_all(cpus)) == 4
+    nodes = [{cpu // 4 for cpu in c} for c in cpus]  # N4C16: 4 CPUs per NUMA node
+    assert sorted(n.pop() for n in nodes) == [0, 1, 2, 3]
+    assert all(rt.mems[c.id] == str(min(cs) // 4) for c, cs in zip(made, cpus, strict=True))
+    assert all(exclusive_of(p, c.id)[0] == "exclusive" for c in made)
+    assert_exclusive_is_exclusive(p, rt)
+
+
+EXCL, MIXED, SHARED = "exclusive", "exclusive+shared", "shared"
 
 
 @pytest.mark.parametrize(
     ("workload", "expected"),
     [
-        # (kind, mCPU, annotations) -> (cpus, mems)
-        ([("g", 2000, {})], [("4-5", "1")]),
-        ([("g", 4000, {})], [("4-7", "1")]),
-        ([("g", 6000, {})], [("8-13", "2-3")]),  # no NUMA node holds 6: a socket does
-        ([("g", 1500, {})], [("4-7", "1")]),  # 1 exclusive + the pool's shared CPUs
-        ([("g", 2500, {})], [("4-7", "1")]),  # >= 2 CPUs fractional: shared
-        ([("g", 2500, {f"prefer-shared-cpus.{P}": "false"})], [("4-7", "1")]),
-        ([("g", 1000, {f"prefer-shared-cpus.{P}": "true"})], [("4-7", "1")]),
-        ([("g", 500, {})], [("4-7", "1")]),
-        ([("bu", 1500, {}), ("g", 2000, {})], [("4-7", "1"), ("8-9", "2")]),
-        ([("be", 0, {}), ("be", 0, {})], [("4-7", "1"), ("8-11", "2")]),
+        # (kind, mCPU, annotations) -> (cpus, mems, allocation kind, exclusive CPUs).
+        # N4C16 with CPU 0 reserved: node #0 shares 1-3, nodes #1-#3 four CPUs each. Derived
+        # from the rules (nri-plugins' topology-aware): the tightest pool whose shared
+        # capacity stays strictly above the exclusive request, the most capacity left wins.
+        ([("g", 2000, {})], [("4-5", "1", EXCL, "4-5")]),
+        # 4 CPUs would empty any node: socket #1, keeping a shared CPU in each of its nodes.
+        ([("g", 4000, {})], [("10-11,14-15", "2-3", EXCL, "10-11,14-15")]),
+        ([("g", 6000, {})], [("9-11,13-15", "2-3", EXCL, "9-11,13-15")]),
+        ([("g", 1500, {})], [("4-7", "1", MIXED, "4")]),  # < 2 CPUs fractional: mixed
+        ([("g", 2500, {})], [("4-7", "1", SHARED, "")]),  # >= 2 CPUs fractional: shared
+        ([("g", 2500, {f"prefer-shared-cpus.{P}": "false"})], [("4-7", "1", MIXED, "4-5")]),
+        ([("g", 1000, {f"prefer-shared-cpus.{P}": "true"})], [("4-7", "1", SHARED, "")]),
+        ([("g", 500, {})], [("4-7", "1", SHARED, "")]),
+        (
+            [("bu", 1500, {}), ("g", 2000, {})],
+            [("4-7", "1", SHARED, ""), ("8-9", "2", EXCL, "8-9")],
+        ),
+        ([("be", 0, {}), ("be", 0, {})], [("4-7", "1", SHARED, ""), ("8-11", "2", SHARED, "")]),
     ],
 )
 def test_placement_table(
     tmp_path: Path,
     workload: list[tuple[str, int, dict[str, str]]],
-    expected: list[tuple[str, str]],
+    expected: list[tuple[str, str, str, str]],
 ) -> None:
-    rt = Runtime(policy(tmp_path))
+    p = policy(tmp_path)
+    rt = Runtime(p)
     made = []
     for i, (kind, milli, ann) in enumerate(workload):
         if kind == "g":
@@ -117,7 +153,20 @@ def test_placement_table(
             made.append(rt.create(burstable(f"w{i}", milli, 4 * milli)))
         else:
             made.append(rt.create(besteffort(f"w{i}")))
-    assert [rt.placement(c) for c in made] == expected
+    assert [(*rt.placement(c), *exclusive_of(p, c.id)) for c in made] == expected
+    assert_exclusive_is_exclusive(p, rt)
+
+
+def test_mixed_exclusive_part_is_shared_with_nobody(tmp_path: Path) -> None:
+    # A mixed container's own CPU leaves the shared set its pool-mates get.
+    p = policy(tmp_path)
+    rt = Runtime(p)
+    be = rt.create(besteffort("be"))
+    m = rt.create(guaranteed("m", 2500, annotations={f"prefer-shared-cpus.{P}": "false"}))
+    kind, own = exclusive_of(p, m.id)
+    assert kind == MIXED and len(CpuSet.parse(own)) == 2
+    assert CpuSet.parse(rt.cpus[be.id] or "").isdisjoint(CpuSet.parse(own))
+    assert_exclusive_is_exclusive(p, rt)
 
 
 def test_shared_pool_shrinks_and_grows(tmp_path: Path) -> None:
@@ -137,10 +186,18 @@ def test_shared_pool_shrinks_and_grows(tmp_path: Path) -> None:
     assert rt.cpus[be.id] == "1-3" and rt.cpus[g2.id] == "1-3"
 
 
-def test_idle_shared_pool_can_be_sliced_empty(tmp_path: Path) -> None:
-    rt = Runtime(policy(tmp_path, ONE_SOCKET_4CPU, reserved="cpuset:0"))
+def test_an_idle_shared_pool_is_not_sliced_empty(tmp_path: Path) -> None:
+    # nri-plugins: exclusive only while the shared capacity stays above the request (3 > 3
+    # fails), so the 3-CPU container shares the pool's three CPUs.
+    p = policy(tmp_path, ONE_SOCKET_4CPU, reserved="cpuset:0")
+    rt = Runtime(p)
     g = rt.create(guaranteed("g", 3000))
     assert rt.placement(g) == ("1-3", "0")
+    assert exclusive_of(p, g.id) == (SHARED, "")
+    # Its 3000 mCPU now load the pool: a 1-CPU request would leave 2 CPUs for 3000 mCPU.
+    g1 = rt.create(guaranteed("g1", 1000))
+    assert exclusive_of(p, g1.id) == (SHARED, "")
+    assert rt.cpus[g1.id] == "1-3"
 
 
 def test_burstable_unlimited_goes_to_the_socket(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import ContainerState, Resources
 from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
@@ -55,6 +56,9 @@ def test_restart_keeps_placement(tmp_path: Path, topology: str) -> None:
     pods, containers = rt.reported()
     assert new.synchronize(pods, containers) == []
     assert placements(new) == placements(old)
+    # The restored view of every container is what the runtime holds.
+    held = {cid: (_parsed(rt.cpus[cid]), _parsed(rt.mems[cid])) for cid in rt.cpus}
+    assert {a.container_id: (a.cpus, a.mems) for a in new.engine.cache} == held
 
     # Both instances now make the same decisions: the restored state is the real state.
     victim = next(c for c in rt.containers.values() if c.id.startswith("g1"))
@@ -62,7 +66,12 @@ def test_restart_keeps_placement(tmp_path: Path, topology: str) -> None:
     assert new.stop_container(pod, victim) == old.stop_container(pod, victim)
     follow_up = guaranteed("g3", 1000)
     assert new.create_container(*follow_up) == old.create_container(*follow_up)
-    assert (dict(rt.cpus), dict(rt.mems)) == before
+    assert placements(new) == placements(old)
+    assert before == (dict(rt.cpus), dict(rt.mems))  # Synchronize sent nothing
+
+
+def _parsed(text: str | None) -> CpuSet | None:
+    return None if text is None else CpuSet.parse(text)
 
 
 def test_restart_repins_unpinned_and_drops_stopped(tmp_path: Path) -> None:
@@ -104,8 +113,9 @@ def test_restart_with_conflicting_cpusets_reallocates(tmp_path: Path) -> None:
     # to CPUs of their own.
     updates = p.synchronize([pa, pb], [running(a, "5", "1"), running(b, "5", "1")])
     assert sorted(u.container_id for u in updates) == sorted([a.id, b.id])
-    got = [u.adjustment.cpuset_cpus for u in updates]
-    assert len(set(got)) == 2 and all(g and len(g.split(",")) == 1 for g in got)
+    got = [CpuSet.parse(u.adjustment.cpuset_cpus or "") for u in updates]
+    # One exclusive CPU each (a CpuSet, so "5-6" counts as two), and not the same one.
+    assert [len(g) for g in got] == [1, 1] and got[0].isdisjoint(got[1])
 
 
 def test_reconfigure_keeps_running_containers(tmp_path: Path) -> None:
@@ -120,4 +130,7 @@ def test_reconfigure_keeps_running_containers(tmp_path: Path) -> None:
     updates = p.reconfigure(topology_spec(available="exclude-cpuset:4-7"))
     rt.apply(updates)
     assert updates
-    assert all("4" not in (rt.cpus[c] or "").split(",") for c in rt.cpus if rt.cpus[c])
+    gone = CpuSet.parse("4-7")
+    for cid, cpus in rt.cpus.items():
+        if cpus is not None:  # the preserved container is left alone
+            assert CpuSet.parse(cpus).isdisjoint(gone), (cid, cpus)

@@ -127,8 +127,9 @@ class Runtime:
         self.pods[p.id] = p
         adjustment, updates = self.policy.create_container(p, c)
         self.containers[c.id] = c
-        self.cpus[c.id] = adjustment.cpuset_cpus
-        self.mems[c.id] = adjustment.cpuset_mems
+        # An empty string is not carried on the wire: the runtime sees "no change" (unpinned).
+        self.cpus[c.id] = adjustment.cpuset_cpus or None
+        self.mems[c.id] = adjustment.cpuset_mems or None
         self.apply(updates)
         return c
 
@@ -143,9 +144,10 @@ class Runtime:
         for u in updates:
             assert u.container_id in self.containers, f"update for unknown {u.container_id}"
             self.updated.append(u.container_id)
-            if u.adjustment.cpuset_cpus is not None:
+            # As on the wire: an empty cpuset is dropped, the container keeps what it had.
+            if u.adjustment.cpuset_cpus:
                 self.cpus[u.container_id] = u.adjustment.cpuset_cpus
-            if u.adjustment.cpuset_mems is not None:
+            if u.adjustment.cpuset_mems:
                 self.mems[u.container_id] = u.adjustment.cpuset_mems
 
     def placement(self, c: Container) -> tuple[str | None, str | None]:

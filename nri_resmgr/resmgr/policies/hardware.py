@@ -1,6 +1,9 @@
-"""What every policy that places containers on the hardware shares: the discovered system,
-the pods and containers it was told about (a reconfiguration rebuilds placement from them),
-and reading the cpusets the runtime reports."""
+"""What every policy that places containers on the hardware shares: the discovered system
+and reading the cpusets the runtime reports.
+
+A policy keeps no pod/container maps: the manager's registry is the one record of what the
+runtime has, and each allocation carries the pod and container it was made for (what a
+reconfiguration re-derives placement from)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import logging
 
 from nri_resmgr.config.models import PolicySpec
 from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
-from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.resmgr.model import Container
 from nri_resmgr.resmgr.policy import PolicyBase, PolicyEnv
 from nri_resmgr.sysfs import System, discover
 
@@ -19,8 +22,6 @@ class HardwarePolicy(PolicyBase):
     def __init__(self, system: System | None = None) -> None:
         super().__init__()
         self._system = system
-        self.pods: dict[str, Pod] = {}
-        self.containers: dict[str, Container] = {}
 
     @property
     def system(self) -> System:
@@ -32,15 +33,6 @@ class HardwarePolicy(PolicyBase):
         super().setup(spec, env)
         if self._system is None:
             self._system = discover(env.host_root)
-
-    def run_pod_sandbox(self, pod: Pod) -> None:
-        self.pods[pod.id] = pod
-
-    def update_pod_sandbox(self, pod: Pod) -> None:
-        self.pods[pod.id] = pod
-
-    def remove_pod_sandbox(self, pod: Pod) -> None:
-        self.pods.pop(pod.id, None)
 
 
 def reported_cpuset(text: str | None, c: Container) -> CpuSet | None:

@@ -15,6 +15,7 @@ from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
+from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.exports import PolicyGauge, TopologyZone
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
@@ -109,7 +110,7 @@ class BalloonsPolicy(HardwarePolicy):
         state, matcher = self._build(spec)
         lives = []
         for a in self.state.members:
-            pod, c = self.pods.get(a.pod_id), self.containers.get(a.container_id)
+            pod, c = a.pod, a.container
             if pod is not None and c is not None:
                 live = self._live(matcher, pod, c, a.cpus, a.mems, running=True)
                 if live.type.name != a.pool.rsplit("[", 1)[0]:
@@ -120,7 +121,7 @@ class BalloonsPolicy(HardwarePolicy):
         old = self._state, self._matcher
         self._state, self._matcher = state, matcher
         try:
-            return self._restore(lives)
+            return self._restore(lives, strict=True)
         except ConfigError:
             self._state, self._matcher = old
             raise
@@ -128,14 +129,12 @@ class BalloonsPolicy(HardwarePolicy):
     # -- synchronization ------------------------------------------------------------------
 
     def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> list[Update]:
-        self.pods = {p.id: p for p in pods}
-        self.containers = {}
+        by_id = {p.id: p for p in pods}
         lives = []
         for c in containers:
-            pod = self.pods.get(c.pod_id)
+            pod = by_id.get(c.pod_id)
             if pod is None or c.state is ContainerState.STOPPED or self._preserved(pod, c):
                 continue
-            self.containers[c.id] = c
             res = c.resources or Resources()
             cpus, mems = reported_cpuset(res.cpuset_cpus, c), reported_cpuset(res.cpuset_mems, c)
             lives.append(self._live(self.matcher, pod, c, cpus, mems, running=True))
@@ -145,17 +144,23 @@ class BalloonsPolicy(HardwarePolicy):
         log.info("synchronized %d containers, %d updates", len(lives), len(updates))
         return updates
 
-    def _restore(self, lives: list[Live]) -> list[Update]:
+    def _restore(self, lives: list[Live], strict: bool = False) -> list[Update]:
+        """Rebuild the balloons from ``lives``, in container-id order so that the result does
+        not depend on how they are listed. A container that cannot be placed refuses a
+        reconfiguration (``strict``) or, in Synchronize, is logged and left as it is."""
         state = self.state
-        leftovers = rebuild(state, lives)
+        lives = sorted(lives, key=lambda live: live.container.id)
+        leftovers = rebuild(state, lives, self.matcher.by_name(DEFAULT))
         self._create_min_balloons(state)
         for live in leftovers:
             log.info("%s: cpuset %s matches no balloon; placing afresh", live.name, live.cpus)
             try:
                 self._place(live)
-            except BalloonsError as e:
+            except (BalloonsError, PlacementError) as e:
+                if strict:
+                    raise ConfigError(f"spec: cannot place every container: {e}") from e
                 # It runs already: leave it where it is rather than fail the whole sync.
-                log.error("%s: %s; left as it is", live.name, e)
+                log.error("%s: %s; left as the runtime has it", live.name, e)
         for b in state.balloons:
             state.fit(b)
         for live in lives:
@@ -188,14 +193,12 @@ class BalloonsPolicy(HardwarePolicy):
     # -- lifecycle ------------------------------------------------------------------------
 
     def create_container(self, pod: Pod, container: Container) -> tuple[Adjustment, list[Update]]:
-        self.pods.setdefault(pod.id, pod)
         if self._preserved(pod, container):
             return Adjustment(), []
         state = self.state
         live = self._live(self.matcher, pod, container, None, None)
         state.leave(container.id)
         b = self._place(live)
-        self.containers[container.id] = container
         res = container.resources or Resources()
         cpus, mems = state.desired(
             b, state.free(), container.id, reported_cpuset(res.cpuset_mems, container)
@@ -229,6 +232,13 @@ class BalloonsPolicy(HardwarePolicy):
         if lookup_bool(live.pod, live.container, "memory.preserve") is True:
             state.keep_mems.add(cid)
         state.join(b, live.allocation(), ns, group=group)
+        if not b.cpus:
+            # Never pinned to nothing: the creation fails, naming the shortage.
+            state.leave(cid)
+            raise PlacementError(
+                f"{live.name}: balloon {b.name} has no CPU and none is free "
+                f"({live.request} mCPU requested)"
+            )
         return b
 
     def _group(self, live: Live) -> str | None:
@@ -255,8 +265,14 @@ class BalloonsPolicy(HardwarePolicy):
         return self.state.refresh()
 
     def remove_container(self, pod: Pod, container: Container) -> list[Update]:
-        self.containers.pop(container.id, None)
         return self.stop_container(pod, container)
+
+    def updates_failed(self, container_ids: Sequence[str]) -> None:
+        # What those containers hold is unknown now: the next refresh sends it again.
+        for cid in container_ids:
+            a = self.state.members.get(cid)
+            if a is not None:
+                self.state.members.put(_with_applied(a, None, None))
 
     # -- exports --------------------------------------------------------------------------
 

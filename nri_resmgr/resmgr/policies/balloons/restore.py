@@ -4,6 +4,7 @@ reconfiguration), so that containers keep their CPUs whenever that is still vali
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -34,14 +35,41 @@ class Live:
         return f"{self.pod.namespace}/{self.pod.name}/{self.container.name}"
 
     def allocation(self) -> Allocation:
-        return Allocation(self.container.id, self.pod.id, self.name, "", Kind.SHARED, self.request)
+        return Allocation(
+            self.container.id,
+            self.pod.id,
+            self.name,
+            "",
+            Kind.SHARED,
+            self.request,
+            pod=self.pod,
+            container=self.container,
+        )
 
 
-def rebuild(state: Balloons, lives: Sequence[Live]) -> list[Live]:
+def rebuild(
+    state: Balloons, lives: Sequence[Live], fallback: BalloonType | None = None
+) -> list[Live]:
     """Recreate the balloons the running containers are in; return the containers that
-    could not be matched to one (to be placed afresh)."""
+    could not be matched to one (to be placed afresh). A container its type can never hold
+    (above maxCPUs), or sharing a cpuset with containers of other types, was placed in the
+    ``fallback`` (default) type, and is restored there."""
     clusters: dict[tuple[str, CpuSet], list[Live]] = defaultdict(list)
     leftovers: list[Live] = []
+    if fallback is not None:
+        lives = [
+            attrs.evolve(live, type=fallback) if _never_fits(live.type, live.request) else live
+            for live in lives
+        ]
+        lives = _mixed_types_fell_back(lives, fallback)
+        # The reserved balloon holds the reserved CPUs: a reserved-class container without
+        # any of them fell back to the default balloon.
+        lives = [
+            attrs.evolve(live, type=fallback)
+            if live.type.name == RESERVED and live.cpus and live.cpus.isdisjoint(state.reserved)
+            else live
+            for live in lives
+        ]
     for live in lives:
         if live.cpus:
             clusters[(live.type.name, live.cpus)].append(live)
@@ -61,6 +89,24 @@ def rebuild(state: Balloons, lives: Sequence[Live]) -> list[Live]:
     return leftovers
 
 
+def _mixed_types_fell_back(lives: list[Live], fallback: BalloonType) -> list[Live]:
+    """Balloons never share CPUs, so containers with one cpuset are in one balloon; when their
+    types differ, the ones that are not of its type fell back to it: the default one."""
+    types: dict[CpuSet, set[str]] = defaultdict(set)
+    for live in lives:
+        if live.cpus:
+            types[live.cpus].add(live.type.name)
+    return [
+        attrs.evolve(live, type=fallback) if live.cpus and len(types[live.cpus]) > 1 else live
+        for live in lives
+    ]
+
+
+def _never_fits(t: BalloonType, request: int) -> bool:
+    # The same refusal as Balloons._new_balloon and choose (maxCPUs < 0: never a member).
+    return t.max_cpus < 0 or (t.max_cpus > 0 and math.ceil(max(1, request) / 1000) > t.max_cpus)
+
+
 def _restore_balloon(state: Balloons, members: list[Live], own: CpuSet) -> Balloon | None:
     t = members[0].type
     if t.components:
@@ -78,6 +124,8 @@ def _restore_balloon(state: Balloons, members: list[Live], own: CpuSet) -> Ballo
     taken = CpuSet.union_all(b.cpus for b in state.balloons)
     if not own or not own.isdisjoint(taken) or not own.issubset(state.allowed):
         return None
+    if t.name != RESERVED and not own.isdisjoint(state.reserved):
+        return None  # reserved CPUs moved under it: its members are placed afresh
     if t.max_balloons > 0 and len(state.of_type(t)) >= t.max_balloons:
         return None
     return state.create(t, cpus=own)

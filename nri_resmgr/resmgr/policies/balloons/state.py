@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 
 from nri_resmgr.config.models import BalloonsSpec, BalloonType
-from nri_resmgr.resmgr.cache import Allocation, AllocationCache
+from nri_resmgr.resmgr.cache import Allocation, AllocationCache, follow
 from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.model import Adjustment, Update
+from nri_resmgr.resmgr.model import Update
 from nri_resmgr.resmgr.policies.balloons import composite, cputree
 from nri_resmgr.sysfs import System
 
@@ -89,7 +89,9 @@ class Balloons:
     # -- CPUs -----------------------------------------------------------------------------
 
     def free(self) -> CpuSet:
-        return self.allowed - CpuSet.union_all(b.cpus for b in self.balloons)
+        # Reserved CPUs are the reserved balloon's even when it does not hold them yet
+        # (restored from a container that had only some): never free for other balloons.
+        return self.allowed - self.reserved - CpuSet.union_all(b.cpus for b in self.balloons)
 
     def options(self, t: BalloonType) -> cputree.Options:
         """How CPUs are chosen for balloons of ``t``: the type's allocator settings over the
@@ -385,14 +387,8 @@ class Balloons:
                 cpus, mems = common[b.name]
             if cid == skip or (cpus, mems) == (m.cpus, m.mems):
                 continue
-            self.members.put(attrs.evolve(m, cpus=cpus, mems=mems))
-            updates.append(
-                Update(
-                    cid,
-                    Adjustment(
-                        cpuset_cpus=None if cpus is None or cpus == m.cpus else str(cpus),
-                        cpuset_mems=None if mems is None or mems == m.mems else str(mems),
-                    ),
-                )
-            )
+            followed = follow(m, cpus, mems)
+            if followed is not None:
+                self.members.put(followed.applied)
+                updates.append(followed.update)
         return updates

@@ -12,16 +12,18 @@ import logging
 import attrs
 
 from nri_resmgr.config.models import TopologyAwareSpec
-from nri_resmgr.resmgr.cache import Allocation, AllocationCache, Kind
-from nri_resmgr.resmgr.cpualloc import pick_cpus
+from nri_resmgr.resmgr.cache import Allocation, AllocationCache, Kind, PoolLoad, follow
+from nri_resmgr.resmgr.cpualloc import PlacementError, pick_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.model import Adjustment, Update
+from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
 from nri_resmgr.resmgr.policies.topology_aware.pools import LEVELS, Pool, ancestors, subtree
 from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
 from nri_resmgr.resmgr.requests import milli_cpu_to_shares
 from nri_resmgr.sysfs import System
 
 log = logging.getLogger(__name__)
+
+_IDLE = PoolLoad()
 
 
 @attrs.frozen
@@ -30,9 +32,18 @@ class Candidate:
     isolated: bool
     capacity: int
     """mCPU of shared capacity left in the pool after this grant."""
+    source: CpuSet = attrs.field(factory=CpuSet)
+    """Where exclusive CPUs may be picked from without emptying any shared pool."""
 
 
 class Engine:
+    """Pools, grants and the cpusets they imply. The cache is the only store; shared cpusets
+    derive from it; outside writers (restore) must ``unsettle``.
+
+    The rule every grant keeps (as nri-plugins does): no pool's shared set ever goes empty
+    while the pool has sharable CPUs, so a container placed in any pool always has a CPU.
+    """
+
     def __init__(
         self,
         system: System,
@@ -52,6 +63,10 @@ class Engine:
         self.index = {p.name: p.index for p in pools}
         self.subtrees = [subtree(pools, p.index) for p in pools]
         self.ancestors = [ancestors(pools, p.index) for p in pools]
+        # Strict descendants, deepest first: the order their minimum shares are set aside in.
+        self.descendants = [
+            sorted(self.subtrees[p.index][1:], key=lambda i: -pools[i].depth) for p in pools
+        ]
         self.cache = AllocationCache()
         # The shared cpusets every cached allocation was last brought in line with; None when
         # allocations were stored from outside (restore) and must all be checked again.
@@ -64,30 +79,52 @@ class Engine:
             taken = self.cache.exclusive_cpus()
         return self.sharable[pool] - taken
 
-    def _usage(self) -> dict[int, tuple[int, int, int]]:
-        """Per pool: (shared mCPU, shared users, all containers)."""
-        usage: dict[int, tuple[int, int, int]] = {}
+    def _usage(self) -> dict[int, PoolLoad]:
+        """Per pool index: the load of the containers placed in it."""
+        usage: dict[int, PoolLoad] = {}
         for pool, load in self.cache.loads().items():
             i = self.index.get(pool)
             if i is not None:
-                usage[i] = (load.shared_mcpu, load.shared_users, load.containers)
+                usage[i] = load
         return usage
 
-    def _load(
-        self, pool: int, usage: dict[int, tuple[int, int, int]], taken: CpuSet
-    ) -> tuple[int, int, int]:
-        load = users = count = 0
+    def _subtree_load(self, pool: int, usage: dict[int, PoolLoad]) -> PoolLoad:
+        mcpu = users = count = 0
         for i in self.subtrees[pool]:
-            part, u, c = usage.get(i, (0, 0, 0))
-            load, users, count = load + part, users + u, count + c
+            load = usage.get(i, _IDLE)
+            mcpu, users, count = (
+                mcpu + load.shared_mcpu,
+                users + load.shared_users,
+                count + load.containers,
+            )
+        return PoolLoad(mcpu, users, count)
+
+    def _load(self, pool: int, usage: dict[int, PoolLoad], taken: CpuSet) -> PoolLoad:
+        """The subtree's load plus this pool's part of its ancestors' shared containers."""
+        own_load = self._subtree_load(pool, usage)
+        mcpu = own_load.shared_mcpu
         own = len(self.shared_cpus(pool, taken))
         for a in self.ancestors[pool]:
-            part = usage.get(a, (0, 0, 0))[0]
+            part = usage.get(a, _IDLE).shared_mcpu
             wider = len(self.shared_cpus(a, taken))
             if part and wider:
                 # An ancestor's shared containers spread over all of its CPUs.
-                load += part * own // wider
-        return load, users, count
+                mcpu += part * own // wider
+        return own_load._replace(shared_mcpu=mcpu)
+
+    def _set_aside(self, pool: int, usage: dict[int, PoolLoad], taken: CpuSet) -> CpuSet:
+        """CPUs of ``pool``'s descendants that must stay shared: at least one per pool with
+        sharable CPUs, and as many as the containers placed in it need."""
+        kept = CpuSet()
+        for d in self.descendants[pool]:
+            shared = self.shared_cpus(d, taken)
+            if not shared:
+                continue
+            need = max(1, -(-self._subtree_load(d, usage).shared_mcpu // 1000))
+            missing = need - len(kept & shared)
+            if missing > 0:
+                kept = kept | CpuSet(list(shared - kept)[:missing])
+        return kept
 
     def pool_load(self, pool: int) -> tuple[int, int, int]:
         """(shared mCPU, shared users, containers) of a pool and its subtree, as placement
@@ -97,27 +134,43 @@ class Engine:
     # -- selection ------------------------------------------------------------------------
 
     def _fit(
-        self, pool: int, want: Want, usage: dict[int, tuple[int, int, int]], taken: CpuSet
+        self, pool: int, want: Want, usage: dict[int, PoolLoad], taken: CpuSet
     ) -> Candidate | None:
         shared = self.shared_cpus(pool, taken)
-        load, users, _ = self._load(pool, usage, taken)
+        load = self._load(pool, usage, taken).shared_mcpu
         uses_shared = want.kind in (Kind.SHARED, Kind.MIXED)
-        shared_part = want.request % 1000 if want.kind is Kind.MIXED else want.request
-        shared_part = shared_part if uses_shared else 0
+        shared_part = want.shared_part if uses_shared else 0
         remaining = len(shared)
         isolated = False
+        source = CpuSet()
         if want.exclusive:
             free_isolated = self.isolated_of[pool] - taken
             if want.isolated and len(free_isolated) >= want.exclusive:
-                isolated = True
-            elif len(shared) >= want.exclusive:
-                remaining -= want.exclusive
+                isolated, source = True, free_isolated
             else:
-                return None
-        # A shared pool in use is never sliced empty; an idle one may be.
-        if (users or uses_shared) and (remaining < 1 or remaining * 1000 < load + shared_part):
+                remaining -= want.exclusive
+                source = shared - self._set_aside(pool, usage, taken)
+                # nri-plugins: exclusive CPUs only while the pool's allocatable shared
+                # capacity stays strictly above the request, so the pool never goes empty.
+                if (
+                    len(source) < want.exclusive
+                    or remaining * 1000 <= load
+                    or not self._ancestors_keep(pool, want.exclusive, shared_part, usage, taken)
+                ):
+                    return None
+        if uses_shared and (remaining < 1 or remaining * 1000 < load + shared_part):
             return None
-        return Candidate(pool, isolated, remaining * 1000 - load - shared_part)
+        return Candidate(pool, isolated, remaining * 1000 - load - shared_part, source)
+
+    def _ancestors_keep(
+        self, pool: int, count: int, extra: int, usage: dict[int, PoolLoad], taken: CpuSet
+    ) -> bool:
+        """Whether every ancestor still holds its subtree's load with ``count`` CPUs fewer."""
+        for a in self.ancestors[pool]:
+            left = len(self.shared_cpus(a, taken)) - count
+            if left < 1 or left * 1000 < self._subtree_load(a, usage).shared_mcpu + extra:
+                return False
+        return True
 
     def _level_pools(self, level: str) -> list[int]:
         existing = [lv for lv in LEVELS if any(p.level == lv for p in self.pools)]
@@ -140,7 +193,7 @@ class Engine:
             return None
 
         def score(c: Candidate) -> tuple[int, int, int, int, int]:
-            count = self._load(c.pool, usage, taken)[2]
+            count = self._subtree_load(c.pool, usage).containers
             depth = self.pools[c.pool].depth
             return (int(c.isolated and want.isolated), depth, c.capacity, -count, -c.pool)
 
@@ -156,11 +209,21 @@ class Engine:
         want: Want,
         hint: str | None = None,
         keep_mems: bool = False,
+        pod: Pod | None = None,
+        container: Container | None = None,
     ) -> Allocation:
         """Place a container, falling back to shared CPUs (and then to over-committing the
-        roomiest pool) rather than failing."""
+        roomiest pool) rather than failing; PlacementError only when no CPU is sharable."""
         base = Allocation(
-            cid, pod_id, name, self.pools[0].name, want.kind, want.request, keep_mems=keep_mems
+            cid,
+            pod_id,
+            name,
+            self.pools[0].name,
+            want.kind,
+            want.request,
+            keep_mems=keep_mems,
+            pod=pod,
+            container=container,
         )
         if want.kind in (Kind.RESERVED, Kind.PRESERVE):
             return self._store(base)
@@ -177,16 +240,17 @@ class Engine:
             candidate = self.choose(want, hint)
         if candidate is None:
             pool = self._roomiest_pool()
+            if not self.shared_cpus(pool.index):
+                raise PlacementError(
+                    f"{name}: no shared CPU to run on ({want.request} mCPU requested; every "
+                    f"allowed CPU is reserved, isolated or exclusive)"
+                )
             log.warning("%s: shared CPUs over-committed; placing in %s", name, pool.name)
             return self._store(attrs.evolve(base, pool=pool.name))
         pool = self.pools[candidate.pool]
         exclusive = CpuSet()
         if want.exclusive:
-            taken = self.cache.exclusive_cpus()
-            source = (
-                self.isolated_of[pool.index] if candidate.isolated else (self.sharable[pool.index])
-            )
-            exclusive = pick_cpus(self.system, source - taken, want.exclusive)
+            exclusive = pick_cpus(self.system, candidate.source, want.exclusive)
         return self._store(
             attrs.evolve(base, pool=pool.name, exclusive=exclusive, isolated=candidate.isolated)
         )
@@ -225,9 +289,19 @@ class Engine:
     def _shared_of(self, pool: int, taken: CpuSet | None, shared: list[CpuSet] | None) -> CpuSet:
         return shared[pool] if shared is not None else self.shared_cpus(pool, taken)
 
-    def adjustment(self, a: Allocation) -> Adjustment:
+    def adjustment(self, a: Allocation, held: Allocation | None = None) -> Adjustment:
+        """The adjustment of a container being created (or updated, ``held`` being what it
+        had): what it sets is what the runtime will hold, what it leaves alone stays."""
         cpus, mems = self.desired(a)
-        self.cache.put(attrs.evolve(a, cpus=cpus, mems=mems))
+        if cpus is not None and not cpus:
+            raise PlacementError(f"{a.name}: no CPU left in pool {a.pool} ({a.kind.value})")
+        self.cache.put(
+            attrs.evolve(
+                a,
+                cpus=cpus if cpus is not None or held is None else held.cpus,
+                mems=mems if mems is not None or held is None else held.mems,
+            )
+        )
         return Adjustment(
             cpuset_cpus=None if cpus is None else str(cpus),
             cpuset_mems=None if mems is None else str(mems),
@@ -256,18 +330,13 @@ class Engine:
             if a.container_id == skip:
                 continue
             cpus, mems = self.desired(a, taken, shared)
+            # A tuple compares by identity first: the common case costs no __eq__ call.
             if (cpus, mems) == (a.cpus, a.mems):
                 continue
-            self.cache.put(attrs.evolve(a, cpus=cpus, mems=mems))
-            updates.append(
-                Update(
-                    a.container_id,
-                    Adjustment(
-                        cpuset_cpus=None if cpus is None or cpus == a.cpus else str(cpus),
-                        cpuset_mems=None if mems is None or mems == a.mems else str(mems),
-                    ),
-                )
-            )
+            followed = follow(a, cpus, mems)
+            if followed is not None:
+                self.cache.put(followed.applied)
+                updates.append(followed.update)
         return updates
 
 

@@ -10,11 +10,8 @@ the pool's subtree (nri-resmgr has no memory allocator, so limits are what it ca
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from nri_resmgr.resmgr.cache import Kind
 from nri_resmgr.resmgr.exports import PolicyGauge, TopologyZone, ZoneResource, milli
-from nri_resmgr.resmgr.model import Container
 from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.resmgr.policies.topology_aware.pools import Pool
 
@@ -27,11 +24,11 @@ def _mem_capacity(engine: Engine, pool: Pool) -> int:
     return sum(engine.system.nodes[n].memory for n in pool.mems if n in engine.system.nodes)
 
 
-def _mem_assigned(engine: Engine, pool: Pool, containers: Mapping[str, Container]) -> int:
+def _mem_assigned(engine: Engine, pool: Pool) -> int:
     names = {engine.pools[i].name for i in engine.subtrees[pool.index]}
     total = 0
     for a in engine.cache:
-        c = containers.get(a.container_id)
+        c = a.container
         if a.pool in names and c is not None and c.resources is not None:
             total += c.resources.memory_limit or 0
     return total
@@ -43,14 +40,14 @@ def _containers(engine: Engine, pool: Pool) -> tuple[int, int]:
     return len(mine), sum(1 for a in mine if a.kind in (Kind.SHARED, Kind.MIXED))
 
 
-def gauges(engine: Engine, containers: Mapping[str, Container]) -> list[PolicyGauge]:
+def gauges(engine: Engine) -> list[PolicyGauge]:
     out: list[PolicyGauge] = []
     for pool in engine.pools:
         zone = pool.name
         shared = engine.shared_cpus(pool.index)
         load = engine.pool_load(pool.index)[0]
         capacity = _mem_capacity(engine, pool)
-        assigned = _mem_assigned(engine, pool, containers)
+        assigned = _mem_assigned(engine, pool)
         count, shared_count = _containers(engine, pool)
         mems = str(pool.mems)
         zone_cpus = (("zone", zone), ("cpus", str(pool.cpus)), ("mems", mems))
@@ -79,14 +76,14 @@ def gauges(engine: Engine, containers: Mapping[str, Container]) -> list[PolicyGa
     return out
 
 
-def zones(engine: Engine, containers: Mapping[str, Container]) -> list[TopologyZone]:
+def zones(engine: Engine) -> list[TopologyZone]:
     out: list[TopologyZone] = []
     for pool in engine.pools:
         i = pool.index
         supply = engine.sharable[i] | (pool.cpus & engine.reserved)
         free = max(0, len(engine.shared_cpus(i)) * 1000 - engine.pool_load(i)[0])
         capacity = _mem_capacity(engine, pool)
-        available = max(0, capacity - _mem_assigned(engine, pool, containers))
+        available = max(0, capacity - _mem_assigned(engine, pool))
         attributes = [("memory set", str(pool.mems)), ("shared cpuset", str(engine.shared_cpus(i)))]
         if pool.cpus & engine.reserved:
             attributes.append(("reserved cpuset", str(pool.cpus & engine.reserved)))

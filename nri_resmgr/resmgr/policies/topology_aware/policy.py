@@ -11,7 +11,9 @@ import attrs
 from nri_resmgr.config.models import PolicySpec, TopologyAwareSpec
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.annotations import lookup_bool
+from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
+from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.exports import PolicyGauge, TopologyZone
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
@@ -60,28 +62,32 @@ class TopologyAwarePolicy(HardwarePolicy):
         return Engine(self.system, spec, build_pools(self.system), allowed, reserved)
 
     def reconfigure(self, spec: PolicySpec) -> list[Update]:
+        """Re-place every container under ``spec``, starting from the cpusets the runtime
+        holds (the engine's view follows every update sent); the old engine stays on error."""
         engine = self._build(spec)
-        old = self.engine
-        lives = []
-        for a in old.cache:
-            container = self.containers.get(a.container_id)
-            pod = self.pods.get(a.pod_id)
-            if container is not None and pod is not None:
-                lives.append(self._live(engine, pod, container, a.cpus, a.mems))
+        lives = [
+            self._live(engine, a.pod, a.container, a.cpus, a.mems)
+            for a in self.engine.cache
+            if a.pod is not None and a.container is not None
+        ]
+        try:
+            updates = restore(engine, lives, strict=True)
+        except PlacementError as e:
+            raise ConfigError(
+                f"spec: the new configuration cannot place every container: {e}"
+            ) from e
         self._engine = engine
-        return restore(engine, lives)
+        return updates
 
     # -- synchronization ------------------------------------------------------------------
 
     def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> list[Update]:
-        self.pods = {p.id: p for p in pods}
-        self.containers = {}
+        by_id = {p.id: p for p in pods}
         lives = []
         for c in containers:
-            pod = self.pods.get(c.pod_id)
+            pod = by_id.get(c.pod_id)
             if pod is None or c.state is ContainerState.STOPPED:
                 continue
-            self.containers[c.id] = c
             res = c.resources or Resources()
             lives.append(
                 self._live(
@@ -106,13 +112,15 @@ class TopologyAwarePolicy(HardwarePolicy):
     # -- lifecycle ------------------------------------------------------------------------
 
     def create_container(self, pod: Pod, container: Container) -> tuple[Adjustment, list[Update]]:
-        self.pods.setdefault(pod.id, pod)
-        self.containers[container.id] = container
         engine = self.engine
         engine.release(container.id)
         live = self._live(engine, pod, container, None, None)
-        a = engine.grant(container.id, pod.id, live.name, live.want, keep_mems=live.keep_mems)
-        adjustment = engine.adjustment(a)
+        a = self._grant(live)
+        try:
+            adjustment = engine.adjustment(a)
+        except PlacementError:
+            engine.release(container.id)
+            raise
         log.info(
             "%s: %s in %s: cpus %s mems %s",
             live.name,
@@ -129,15 +137,33 @@ class TopologyAwarePolicy(HardwarePolicy):
         engine = self.engine
         old = engine.cache.get(container.id)
         changed = attrs.evolve(container, resources=resources)
-        self.containers[container.id] = changed
         live = self._live(engine, pod, changed, None, None)
         if old is not None and (old.kind, old.request) == (live.want.kind, live.want.request):
+            engine.cache.put(attrs.evolve(old, container=changed))
             return []
         engine.release(container.id)
-        hint = old.pool if old is not None else None
-        a = engine.grant(container.id, pod.id, live.name, live.want, hint, live.keep_mems)
-        own = Update(container.id, engine.adjustment(a))
+        try:
+            a = self._grant(live, old.pool if old is not None else None)
+            own = Update(container.id, engine.adjustment(a, old))
+        except PlacementError:
+            # The update fails; the container keeps what it had.
+            engine.release(container.id)
+            if old is not None:
+                engine.cache.put(old)
+            raise
         return [own, *engine.refresh(skip=container.id)]
+
+    def _grant(self, live: Live, hint: str | None = None) -> Allocation:
+        return self.engine.grant(
+            live.container.id,
+            live.pod.id,
+            live.name,
+            live.want,
+            hint,
+            live.keep_mems,
+            pod=live.pod,
+            container=live.container,
+        )
 
     def stop_container(self, pod: Pod, container: Container) -> list[Update]:
         if self.engine.release(container.id) is None:
@@ -145,13 +171,21 @@ class TopologyAwarePolicy(HardwarePolicy):
         return self.engine.refresh()
 
     def remove_container(self, pod: Pod, container: Container) -> list[Update]:
-        self.containers.pop(container.id, None)
         return self.stop_container(pod, container)
+
+    def updates_failed(self, container_ids: Sequence[str]) -> None:
+        # What those containers hold is unknown now: the next refresh sends it again.
+        engine = self.engine
+        for cid in container_ids:
+            a = engine.cache.get(cid)
+            if a is not None:
+                engine.cache.put(attrs.evolve(a, cpus=None, mems=None))
+        engine.unsettle()
 
     # -- exports --------------------------------------------------------------------------
 
     def gauges(self) -> list[PolicyGauge]:
-        return exports.gauges(self.engine, self.containers) if self._engine else []
+        return exports.gauges(self.engine) if self._engine else []
 
     def topology_zones(self) -> list[TopologyZone]:
-        return exports.zones(self.engine, self.containers) if self._engine else []
+        return exports.zones(self.engine) if self._engine else []

@@ -27,6 +27,11 @@ class Want:
     unlimited: bool = False
     """A burstable container without a CPU limit (placed at the unlimitedBurstable level)."""
 
+    @property
+    def shared_part(self) -> int:
+        """mCPU taken from a pool's shared CPUs (the fraction of a mixed request)."""
+        return self.request % 1000 if self.kind is Kind.MIXED else self.request
+
 
 def in_reserved_namespace(namespace: str, extra: Sequence[str]) -> bool:
     return namespace == KUBE_SYSTEM or any(fnmatch.fnmatchcase(namespace, g) for g in extra)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import attrs
 
 from nri_resmgr.resmgr.cache import Allocation, Kind
-from nri_resmgr.resmgr.cpualloc import pick_cpus
+from nri_resmgr.resmgr.cpualloc import PlacementError, pick_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Container, Pod, Update
 from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
@@ -35,8 +35,17 @@ class Live:
         return f"{self.pod.namespace}/{self.pod.name}/{self.container.name}"
 
 
-def restore(engine: Engine, lives: Sequence[Live]) -> list[Update]:
+def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list[Update]:
+    """Rebuild ``engine``'s grants from ``lives`` and return the updates that bring every
+    container to them.
+
+    The result does not depend on the order of ``lives``: they are taken in container-id
+    order. A container that cannot be placed at all raises PlacementError when ``strict``
+    (a reconfiguration, which is then refused); otherwise (Synchronize) it is logged and
+    left alone, never sent an empty cpuset.
+    """
     engine.cache.clear()
+    lives = sorted(lives, key=lambda live: live.container.id)
     users = _cpu_users(lives)
     pending: list[Live] = []
     for live in lives:
@@ -53,7 +62,12 @@ def restore(engine: Engine, lives: Sequence[Live]) -> list[Update]:
     leftovers = _restore_shared(engine, maybe_shared)
     for live in leftovers:
         log.info("%s: current cpuset %s cannot be kept; re-allocating", live.name, live.cpus)
-        _grant(engine, live)
+        try:
+            _grant(engine, live)
+        except PlacementError:
+            if strict:
+                raise
+            log.exception("%s: left as the runtime has it", live.name)
     for live in lives:
         a = engine.cache.get(live.container.id)
         if a is not None:
@@ -63,7 +77,26 @@ def restore(engine: Engine, lives: Sequence[Live]) -> list[Update]:
 
 
 def _grant(engine: Engine, live: Live) -> None:
-    engine.grant(live.container.id, live.pod.id, live.name, live.want, keep_mems=live.keep_mems)
+    engine.grant(
+        live.container.id,
+        live.pod.id,
+        live.name,
+        live.want,
+        keep_mems=live.keep_mems,
+        pod=live.pod,
+        container=live.container,
+    )
+
+
+def _empties_a_pool(engine: Engine, claim: CpuSet) -> bool:
+    """Whether taking ``claim`` exclusively would leave some pool without shared CPUs."""
+    taken = engine.cache.exclusive_cpus()
+    # Only the pools the claim overlaps can lose CPUs.
+    return any(
+        not (engine.shared_cpus(i, taken) - claim)
+        for i, sharable in enumerate(engine.sharable)
+        if not sharable.isdisjoint(claim)
+    )
 
 
 def _home_pool(engine: Engine, cpus: CpuSet, mems: CpuSet | None) -> int | None:
@@ -87,6 +120,8 @@ def _put(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: CpuSet) -
             exclusive=exclusive,
             isolated=bool(exclusive) and exclusive.issubset(engine.isolated),
             keep_mems=live.keep_mems,
+            pod=live.pod,
+            container=live.container,
         )
     )
 
@@ -111,7 +146,7 @@ def _claim_exclusive(engine: Engine, live: Live, users: dict[int, int]) -> bool:
         return False
     free = (engine.sharable[0] | engine.isolated) - engine.cache.exclusive_cpus()
     pool = _home_pool(engine, cpus, live.mems)
-    if pool is None or not cpus.issubset(free):
+    if pool is None or not cpus.issubset(free) or _empties_a_pool(engine, cpus - engine.isolated):
         return False
     _put(engine, live, pool, Kind.EXCLUSIVE, cpus)
     return True
@@ -162,6 +197,9 @@ def _restore_mixed(
                     leftovers.append(live)
                     continue
                 own = pick_cpus(engine.system, usable, live.want.exclusive)
+            if _empties_a_pool(engine, own - engine.isolated):
+                leftovers.append(live)
+                continue
             _put(engine, live, pool, Kind.MIXED, own)
     return leftovers
 

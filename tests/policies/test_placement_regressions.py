@@ -1,0 +1,276 @@
+"""Regressions of issue 12, read from what the runtime holds (the in-repo ``Runtime`` drops an
+empty cpuset as the wire encoder does, so "unpinned" shows as ``None``).
+
+1. An exclusive grant must never empty a shared pool (idle or busy, own or a child's).
+2. Re-placement must not depend on the order containers are listed in.
+3. The policy's view of each container's cpuset must be what the runtime applied.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nri_resmgr.config.models import BalloonType
+from nri_resmgr.resmgr.cache import Kind
+from nri_resmgr.resmgr.cpualloc import PlacementError
+from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.resmgr.manager import ResourceManager
+from nri_resmgr.resmgr.model import Update
+from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
+from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.resmgr.policy import PolicyEnv
+from tests.policies.workload import (
+    Runtime,
+    balloons_spec,
+    besteffort,
+    burstable,
+    guaranteed,
+    resources,
+    start,
+    topology_spec,
+)
+from tests.sysfs.fakesys import ONE_SOCKET_4CPU, Layout, write_sysfs
+
+TWO_CPUS = Layout(cores_per_node=2)
+TWO_NODES_OF_TWO = Layout(nodes_per_die=2, cores_per_node=2)
+
+
+def policy(tmp_path: Path, layout: Layout, **spec: Any) -> TopologyAwarePolicy:
+    p = TopologyAwarePolicy()
+    start(p, tmp_path, layout, topology_spec(**spec))
+    return p
+
+
+def assert_all_pinned(rt: Runtime) -> None:
+    for cid, cpus in rt.cpus.items():
+        assert cpus, f"{cid} runs unpinned (on every CPU)"
+
+
+def assert_view_is_runtime(p: TopologyAwarePolicy, rt: Runtime) -> None:
+    for a in p.engine.cache:
+        assert (a.cpus, a.mems) == (
+            CpuSet.parse(rt.cpus[a.container_id] or ""),
+            CpuSet.parse(rt.mems[a.container_id] or ""),
+        ), a.name
+
+
+# -- 1. a shared pool never goes empty -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("layout", "reserved", "milli"),
+    [(TWO_CPUS, "750m", 1000), (ONE_SOCKET_4CPU, "cpuset:0", 3000)],
+)
+def test_an_exclusive_grant_never_takes_the_last_shared_cpu_of_an_idle_pool(
+    tmp_path: Path, layout: Layout, reserved: str, milli: int
+) -> None:
+    # nri-plugins grants exclusive CPUs only while the pool's allocatable shared capacity
+    # stays strictly above the request: here it equals it, so the container shares.
+    p = policy(tmp_path, layout, reserved=reserved)
+    rt = Runtime(p)
+    g = rt.create(guaranteed("g", milli))
+    be = rt.create(besteffort("be"))
+    bu = rt.create(burstable("bu", 100, 200))
+    assert_all_pinned(rt)
+    shared = str(p.engine.shared_cpus(0))
+    assert rt.cpus[g.id] == rt.cpus[be.id] == rt.cpus[bu.id] == shared
+    a = p.engine.cache.get(g.id)
+    assert a is not None and a.kind is Kind.SHARED and not a.exclusive
+
+
+def test_exclusive_cpus_from_a_socket_never_empty_a_busy_numa_node(tmp_path: Path) -> None:
+    # Pools: socket {0-3}, node #0 {0,1}, node #1 {2,3}; CPU 0 reserved. The BestEffort
+    # container goes to node #1 (more room). A 2-CPU request fits no node; from the socket it
+    # could only be {1,2}, {1,3} (leaving node #0 empty) or {2,3} (leaving node #1 empty).
+    p = policy(tmp_path, TWO_NODES_OF_TWO, reserved="cpuset:0")
+    rt = Runtime(p)
+    be = rt.create(besteffort("be"))
+    assert rt.cpus[be.id] == "2-3"
+    g = rt.create(guaranteed("g", 2000))
+    assert_all_pinned(rt)
+    a = p.engine.cache.get(g.id)
+    assert a is not None and a.kind is Kind.SHARED
+    for pool in p.engine.pools:
+        assert p.engine.shared_cpus(pool.index), pool.name
+
+
+def test_with_no_shared_cpu_at_all_creation_fails_naming_the_container(tmp_path: Path) -> None:
+    # Every allowed CPU is reserved or isolated: nothing can be given to a default container.
+    layout = Layout(cores_per_node=2, isolated="1")
+    p = policy(tmp_path, layout, reserved="cpuset:0")
+    with pytest.raises(PlacementError, match=r"default/be/c0: no shared CPU"):
+        p.create_container(*besteffort("be"))
+    assert len(p.engine.cache) == 0
+
+
+# -- 2. re-placement is independent of container order -------------------------------------
+
+
+def test_synchronize_places_the_same_whatever_the_order(tmp_path: Path) -> None:
+    # Both containers share CPU 1; after a restart with CPU 1 reserved instead of CPU 0, the
+    # Guaranteed one must not grab the last CPU just because the runtime listed it first.
+    old = policy(tmp_path, TWO_CPUS, reserved="cpuset:0")
+    rt = Runtime(old)
+    rt.create(besteffort("be"))
+    rt.create(guaranteed("g", 1000))
+    pods, containers = rt.reported()
+    results = []
+    for order in (containers, containers[::-1]):
+        new = TopologyAwarePolicy()
+        new.setup(topology_spec(reserved="cpuset:1"), PolicyEnv(host_root=str(tmp_path)))
+        updates = new.synchronize(pods, order)
+        got = {u.container_id: u.adjustment.cpuset_cpus for u in updates}
+        assert got == {c.id: "0" for c in containers}
+        results.append(sorted((a.container_id, a.kind, str(a.exclusive)) for a in new.engine.cache))
+    assert results[0] == results[1]
+
+
+def test_restore_of_a_mixed_workload_is_order_independent(tmp_path: Path) -> None:
+    layout = Layout(packages=2, nodes_per_die=2, cores_per_node=2, threads=2)
+    old = policy(tmp_path, layout, reserved="cpuset:0")
+    rt = Runtime(old)
+    for i, milli in enumerate([1000, 2000, 1500, 500, 3000, 1000]):
+        rt.create(guaranteed(f"g{i}", milli))
+        rt.create(besteffort(f"be{i}"))
+    pods, containers = rt.reported()
+    seen = set()
+    rng = random.Random(12)
+    for _ in range(4):
+        order = list(containers)
+        rng.shuffle(order)
+        new = TopologyAwarePolicy()
+        new.setup(topology_spec(reserved="cpuset:2"), PolicyEnv(host_root=str(tmp_path)))
+        updates = new.synchronize(pods, order)
+        seen.add(
+            (
+                tuple(sorted((u.container_id, str(u.adjustment)) for u in updates)),
+                tuple(
+                    sorted(
+                        (a.container_id, a.pool, a.kind, str(a.exclusive)) for a in new.engine.cache
+                    )
+                ),
+            )
+        )
+    assert len(seen) == 1
+
+
+# -- 3. the policy's view follows the runtime ----------------------------------------------
+
+
+def test_reserved_cpu_round_trip_keeps_every_container_pinned(tmp_path: Path) -> None:
+    p = policy(tmp_path, TWO_CPUS, reserved="cpuset:0")
+    rt = Runtime(p)
+    rt.create(guaranteed("g", 1000))
+    rt.create(besteffort("be"))
+    for reserved in ("cpuset:1", "cpuset:0"):
+        rt.apply(p.reconfigure(topology_spec(reserved=reserved)))
+        assert_all_pinned(rt)
+        assert_view_is_runtime(p, rt)
+    late = rt.create(besteffort("late"))
+    assert rt.cpus[late.id] == "1"
+    assert_all_pinned(rt)
+    assert_view_is_runtime(p, rt)
+
+
+class _RefusingRuntime:
+    async def update_containers(self, updates: Sequence[Update]) -> list[Update]:
+        return list(updates)
+
+
+async def test_an_update_the_runtime_did_not_apply_is_not_believed_and_is_sent_again(
+    tmp_path: Path,
+) -> None:
+    write_sysfs(tmp_path, ONE_SOCKET_4CPU)
+    p = TopologyAwarePolicy()
+    manager = ResourceManager(p, topology_spec(reserved="cpuset:0"), PolicyEnv(str(tmp_path)))
+    manager.attach_runtime(_RefusingRuntime())
+    be_pod, be = besteffort("be")
+    await manager.create_container(be_pod, be)
+    updates = await manager.reconfigure(topology_spec(reserved="cpuset:3"))
+    assert [(u.container_id, u.adjustment.cpuset_cpus) for u in updates] == [(be.id, "0-2")]
+    a = p.engine.cache.get(be.id)
+    assert a is not None and a.cpus is None  # the runtime still has 1-3, not 0-2
+    _, again = await manager.create_container(*besteffort("next"))
+    assert [(u.container_id, u.adjustment.cpuset_cpus) for u in again] == [(be.id, "0-2")]
+
+
+# -- found by the state machine (tests/policies/test_state_machine.py) ----------------------
+
+
+def test_an_update_under_pin_memory_off_keeps_the_mems_the_runtime_has(tmp_path: Path) -> None:
+    p = policy(tmp_path, TWO_NODES_OF_TWO, reserved="750m")
+    rt = Runtime(p)
+    pod_, c = guaranteed("g", 250)
+    rt.create((pod_, c))
+    rt.apply(p.reconfigure(topology_spec(reserved="750m", pin_cpu=False, pin_memory=False)))
+    rt.apply(p.update_container(pod_, c, resources(500, 500)))
+    assert_view_is_runtime(p, rt)
+    assert rt.mems[c.id] is not None  # still what it was given, and the policy knows it
+
+
+def test_balloons_reserved_cpus_moved_under_a_balloon_re_place_its_members(
+    tmp_path: Path,
+) -> None:
+    p = BalloonsPolicy()
+    start(p, tmp_path, Layout(packages=3, cores_per_node=1, threads=2), balloons_spec("1"))
+    rt = Runtime(p)
+    c = rt.create(guaranteed("d", 250))
+    assert rt.cpus[c.id] == "1"
+    rt.apply(p.reconfigure(balloons_spec("2")))  # CPUs 0-1 are reserved now
+    assert CpuSet.parse(rt.cpus[c.id] or "").isdisjoint(CpuSet.parse("0-1"))
+    assert rt.cpus[c.id]
+
+
+def _balloons_restart_keeps(tmp_path: Path, layout: Layout, app: BalloonType, milli: int) -> None:
+    spec = balloons_spec("750m", balloon_types=(app,))
+    old = BalloonsPolicy()
+    start(old, tmp_path, layout, spec)
+    rt = Runtime(old)
+    rt.create(guaranteed("p1", 250))
+    rt.create(guaranteed("p2", milli, namespace="app"))  # falls back to the default balloon
+    before = dict(rt.cpus)
+    new = BalloonsPolicy()
+    new.setup(spec, PolicyEnv(host_root=str(tmp_path)))
+    pods, containers = rt.reported()
+    assert new.synchronize(pods, containers) == []
+    assert {m.container_id for m in new.state.members} == set(before)
+    assert {m.container_id: str(m.cpus) for m in new.state.members} == before
+
+
+def test_balloons_restart_keeps_a_container_that_fell_back_next_to_default_ones(
+    tmp_path: Path,
+) -> None:
+    # Two CPUs: the app type gets none, so its container shares the default balloon.
+    _balloons_restart_keeps(tmp_path, TWO_CPUS, BalloonType(name="app", namespaces=("app",)), 250)
+
+
+def test_balloons_restart_keeps_a_container_above_its_types_max_cpus(tmp_path: Path) -> None:
+    app = BalloonType(name="app", namespaces=("app",), max_cpus=1)
+    _balloons_restart_keeps(tmp_path, ONE_SOCKET_4CPU, app, 1500)
+
+
+@pytest.mark.parametrize("alone", [False, True])
+def test_balloons_restart_keeps_a_kube_system_container_that_fell_back_to_default(
+    tmp_path: Path, alone: bool
+) -> None:
+    # Two CPUs, CPU 0 reserved: a 1500 mCPU kube-system container cannot grow the reserved
+    # balloon, so it shares the default balloon (found with 500 examples).
+    spec = balloons_spec("750m")
+    old = BalloonsPolicy()
+    start(old, tmp_path, TWO_CPUS, spec)
+    rt = Runtime(old)
+    p1 = rt.create(guaranteed("p1", 250))
+    rt.create(guaranteed("p2", 1500, namespace="kube-system"))
+    if alone:  # the default container goes: nothing but its cpuset says where it is
+        rt.remove(p1)
+    before = dict(rt.cpus)
+    new = BalloonsPolicy()
+    new.setup(spec, PolicyEnv(host_root=str(tmp_path)))
+    pods, containers = rt.reported()
+    assert new.synchronize(pods, containers) == []
+    assert {m.container_id: str(m.cpus) for m in new.state.members} == before
