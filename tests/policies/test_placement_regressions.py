@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from nri_resmgr.config.models import BalloonType
 from nri_resmgr.resmgr.cache import Kind
 from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuset import CpuSet
@@ -221,56 +220,13 @@ def test_balloons_reserved_cpus_moved_under_a_balloon_re_place_its_members(
     rt = Runtime(p)
     c = rt.create(guaranteed("d", 250))
     assert rt.cpus[c.id] == "1"
-    rt.apply(p.reconfigure(balloons_spec("2")))  # CPUs 0-1 are reserved now
-    assert CpuSet.parse(rt.cpus[c.id] or "").isdisjoint(CpuSet.parse("0-1"))
+    rt.apply(p.reconfigure(balloons_spec("2")))  # the reserved balloon grows to 2 CPUs
+    (reserved,) = [b for b in p.state.balloons if b.type.name == "reserved"]
+    assert len(reserved.cpus) == 2
+    assert CpuSet.parse(rt.cpus[c.id] or "").isdisjoint(reserved.cpus)
     assert rt.cpus[c.id]
 
 
-def _balloons_restart_keeps(tmp_path: Path, layout: Layout, app: BalloonType, milli: int) -> None:
-    spec = balloons_spec("750m", balloon_types=(app,))
-    old = BalloonsPolicy()
-    start(old, tmp_path, layout, spec)
-    rt = Runtime(old)
-    rt.create(guaranteed("p1", 250))
-    rt.create(guaranteed("p2", milli, namespace="app"))  # falls back to the default balloon
-    before = dict(rt.cpus)
-    new = BalloonsPolicy()
-    new.setup(spec, PolicyEnv(host_root=str(tmp_path)))
-    pods, containers = rt.reported()
-    assert new.synchronize(pods, containers) == []
-    assert {m.container_id for m in new.state.members} == set(before)
-    assert {m.container_id: str(m.cpus) for m in new.state.members} == before
-
-
-def test_balloons_restart_keeps_a_container_that_fell_back_next_to_default_ones(
-    tmp_path: Path,
-) -> None:
-    # Two CPUs: the app type gets none, so its container shares the default balloon.
-    _balloons_restart_keeps(tmp_path, TWO_CPUS, BalloonType(name="app", namespaces=("app",)), 250)
-
-
-def test_balloons_restart_keeps_a_container_above_its_types_max_cpus(tmp_path: Path) -> None:
-    app = BalloonType(name="app", namespaces=("app",), max_cpus=1)
-    _balloons_restart_keeps(tmp_path, ONE_SOCKET_4CPU, app, 1500)
-
-
-@pytest.mark.parametrize("alone", [False, True])
-def test_balloons_restart_keeps_a_kube_system_container_that_fell_back_to_default(
-    tmp_path: Path, alone: bool
-) -> None:
-    # Two CPUs, CPU 0 reserved: a 1500 mCPU kube-system container cannot grow the reserved
-    # balloon, so it shares the default balloon (found with 500 examples).
-    spec = balloons_spec("750m")
-    old = BalloonsPolicy()
-    start(old, tmp_path, TWO_CPUS, spec)
-    rt = Runtime(old)
-    p1 = rt.create(guaranteed("p1", 250))
-    rt.create(guaranteed("p2", 1500, namespace="kube-system"))
-    if alone:  # the default container goes: nothing but its cpuset says where it is
-        rt.remove(p1)
-    before = dict(rt.cpus)
-    new = BalloonsPolicy()
-    new.setup(spec, PolicyEnv(host_root=str(tmp_path)))
-    pods, containers = rt.reported()
-    assert new.synchronize(pods, containers) == []
-    assert {m.container_id: str(m.cpus) for m in new.state.members} == before
+# Containers no longer fall back to the default balloon when their type cannot take them:
+# their creation fails with upstream's reason (tests/policies/test_balloons.py), so the
+# restore of such fallbacks has nothing left to keep.

@@ -166,6 +166,7 @@ class BalloonsPolicy(HardwarePolicy):
         for live in lives:
             a = state.members.get(live.container.id)
             if a is not None:
+                self._remember_settings(live)
                 state.members.put(_with_applied(a, live.cpus, live.mems))
         return state.refresh()
 
@@ -227,10 +228,7 @@ class BalloonsPolicy(HardwarePolicy):
                 f"instance available (type {live.type.name!r}, request {live.request} mCPU)"
             )
         cid = live.container.id
-        if _hide_hyperthreads(live.pod, live.container, live.type):
-            state.no_ht.add(cid)
-        if lookup_bool(live.pod, live.container, "memory.preserve") is True:
-            state.keep_mems.add(cid)
+        self._remember_settings(live)
         state.join(b, live.allocation(), ns, group=group)
         if not b.cpus:
             # Never pinned to nothing: the creation fails, naming the shortage.
@@ -240,6 +238,14 @@ class BalloonsPolicy(HardwarePolicy):
                 f"({live.request} mCPU requested)"
             )
         return b
+
+    def _remember_settings(self, live: Live) -> None:
+        """The container's own annotations that shape its cpuset (also after a restore)."""
+        state, cid = self.state, live.container.id
+        if _hide_hyperthreads(live.pod, live.container, live.type):
+            state.no_ht.add(cid)
+        if lookup_bool(live.pod, live.container, "memory.preserve") is True:
+            state.keep_mems.add(cid)
 
     def _group(self, live: Live) -> str | None:
         if not live.type.group_by:

@@ -66,7 +66,10 @@ def rebuild(
         # any of them fell back to the default balloon.
         lives = [
             attrs.evolve(live, type=fallback)
-            if live.type.name == RESERVED and live.cpus and live.cpus.isdisjoint(state.reserved)
+            if live.type.name == RESERVED
+            and state.reserved
+            and live.cpus
+            and live.cpus.isdisjoint(state.reserved)
             else live
             for live in lives
         ]

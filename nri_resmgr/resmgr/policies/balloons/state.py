@@ -89,9 +89,9 @@ class Balloons:
     # -- CPUs -----------------------------------------------------------------------------
 
     def free(self) -> CpuSet:
-        # Reserved CPUs are the reserved balloon's even when it does not hold them yet
-        # (restored from a container that had only some): never free for other balloons.
-        return self.allowed - self.reserved - CpuSet.union_all(b.cpus for b in self.balloons)
+        # The reserved balloon always exists and starts as the reserved CPUs (restore keeps
+        # other balloons off them), so reserved CPUs are never free for another balloon.
+        return self.allowed - CpuSet.union_all(b.cpus for b in self.balloons)
 
     def options(self, t: BalloonType) -> cputree.Options:
         """How CPUs are chosen for balloons of ``t``: the type's allocator settings over the

@@ -11,8 +11,8 @@ import attrs
 from nri_resmgr.config.expressions import evaluate
 from nri_resmgr.config.models import BalloonsSpec, BalloonType
 from nri_resmgr.config.validate import validate_spec
-from nri_resmgr.errors import ResmgrError
 from nri_resmgr.resmgr.annotations import lookup
+from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.resmgr.policies.balloons.subject import container_subject
 
@@ -26,7 +26,7 @@ ANNOTATION = "balloon.balloons"
 PRIORITY_ORDER = {"high": 0, "normal": 1, "low": 2, "none": 3}
 
 
-class BalloonsError(ResmgrError):
+class BalloonsError(PlacementError):
     """A container the balloons policy cannot place: its creation fails with this reason."""
 
 
