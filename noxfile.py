@@ -41,7 +41,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    install_project(session, "lint", "test")
+    install_project(session, "lint", "test", "plot")
     session.run("mypy", "nri_resmgr")
 
 
