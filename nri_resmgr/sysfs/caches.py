@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
-from nri_resmgr.sysfs.system import System
+from nri_resmgr.sysfs.system import System, _read
 
 
 def shared_caches(system: System, host_root: str, level: int) -> dict[int, CpuSet]:
@@ -25,17 +25,10 @@ def _shared(cache_dir: Path, level: int) -> CpuSet | None:
     if not cache_dir.is_dir():
         return None
     for index in sorted(cache_dir.glob("index*")):
-        if _text(index / "level") != str(level) or _text(index / "type") == "Instruction":
+        if _read(index / "level") != str(level) or _read(index / "type") == "Instruction":
             continue
         try:
-            return CpuSet.parse(_text(index / "shared_cpu_list") or "")
+            return CpuSet.parse(_read(index / "shared_cpu_list") or "")
         except CpuSetError:
             return None
     return None
-
-
-def _text(p: Path) -> str | None:
-    try:
-        return p.read_text().strip()
-    except OSError:
-        return None
