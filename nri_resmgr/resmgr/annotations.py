@@ -13,6 +13,11 @@ log = logging.getLogger(__name__)
 
 DOMAIN = "resource-policy.nri.io"
 
+# Go's strconv.ParseBool, which nri-plugins uses for every boolean annotation: exactly these
+# spellings, case-sensitive ("TRUE" and "True" but not "tRUE"; no "yes"/"no").
+TRUE_VALUES = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+FALSE_VALUES = frozenset({"0", "f", "F", "false", "FALSE", "False"})
+
 
 def lookup(pod: Pod, container: Container, name: str) -> str | None:
     key = f"{name}.{DOMAIN}"
@@ -22,22 +27,29 @@ def lookup(pod: Pod, container: Container, name: str) -> str | None:
     return None
 
 
+def parse_bool(value: str) -> bool | None:
+    """``value`` as Go's strconv.ParseBool reads it; None when it refuses it."""
+    if value in TRUE_VALUES:
+        return True
+    if value in FALSE_VALUES:
+        return False
+    return None
+
+
 def lookup_bool(pod: Pod, container: Container, name: str) -> bool | None:
-    """A boolean preference; an unknown value is logged and ignored."""
+    """A boolean preference; a value ParseBool refuses is logged and ignored."""
     value = lookup(pod, container, name)
     if value is None:
         return None
-    normalized = value.strip().lower()
-    if normalized in ("true", "yes", "1"):
-        return True
-    if normalized in ("false", "no", "0"):
-        return False
-    log.warning(
-        "%s/%s: ignoring annotation %s.%s=%r: not a boolean",
-        pod.namespace,
-        pod.name,
-        name,
-        DOMAIN,
-        value,
-    )
-    return None
+    parsed = parse_bool(value)
+    if parsed is None:
+        log.warning(
+            "%s/%s: ignoring annotation %s.%s=%r: not a boolean (use one of "
+            "1, t, T, true, TRUE, True, 0, f, F, false, FALSE, False)",
+            pod.namespace,
+            pod.name,
+            name,
+            DOMAIN,
+            value,
+        )
+    return parsed

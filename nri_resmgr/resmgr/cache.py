@@ -58,7 +58,17 @@ class Allocation:
 
     @property
     def shared_part(self) -> int:
+        """mCPU this grant takes from its pool's shared CPUs: an exclusive grant takes none
+        (its CPUs left the shared set), a mixed one its fraction."""
+        if self.kind is Kind.EXCLUSIVE:
+            return 0
         return self.request % 1000 if self.kind is Kind.MIXED else self.request
+
+    @property
+    def zero_request(self) -> bool:
+        """A shared container asking no CPU (BestEffort, 0-request Burstable): nri-plugins
+        counts 1 mCPU of shared capacity for a pool holding any (AllocatableSharedCPU)."""
+        return self.kind is Kind.SHARED and self.request == 0
 
 
 @attrs.frozen
@@ -99,6 +109,8 @@ class PoolLoad(NamedTuple):
     shared_mcpu: int = 0
     shared_users: int = 0
     containers: int = 0
+    zero_requests: int = 0
+    """Shared containers asking no CPU (``Allocation.zero_request``)."""
 
 
 _NO_LOAD = PoolLoad()
@@ -159,6 +171,7 @@ class AllocationCache:
                 load.shared_mcpu + sign * a.shared_part,
                 load.shared_users + sign * uses_shared,
                 load.containers + sign,
+                load.zero_requests + sign * a.zero_request,
             )
 
     def loads(self) -> dict[str, PoolLoad]:

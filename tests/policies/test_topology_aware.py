@@ -131,9 +131,11 @@ EXCL, MIXED, SHARED = "exclusive", "exclusive+shared", "shared"
         ([("g", 2500, {f"prefer-shared-cpus.{P}": "false"})], [("4-7", "1", MIXED, "4-5")]),
         ([("g", 1000, {f"prefer-shared-cpus.{P}": "true"})], [("4-7", "1", SHARED, "")]),
         ([("g", 500, {})], [("4-7", "1", SHARED, "")]),
+        # A limited Burstable (1500m, limit 6000m) prefers a pool whose free shared CPU covers
+        # the limit (compareScores "enough burstable capacity"): no NUMA node, socket #1.
         (
             [("bu", 1500, {}), ("g", 2000, {})],
-            [("4-7", "1", SHARED, ""), ("8-9", "2", EXCL, "8-9")],
+            [("8-15", "2-3", SHARED, ""), ("4-5", "1", EXCL, "4-5")],
         ),
         ([("be", 0, {}), ("be", 0, {})], [("4-7", "1", SHARED, ""), ("8-11", "2", SHARED, "")]),
     ],

@@ -8,16 +8,33 @@ pools; ``refresh`` turns those changes into updates.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import attrs
 
 from nri_resmgr.config.models import TopologyAwareSpec
+from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import Allocation, AllocationCache, Kind, PoolLoad, follow
 from nri_resmgr.resmgr.cpualloc import PlacementError, pick_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
-from nri_resmgr.resmgr.policies.topology_aware.pools import LEVELS, Pool, ancestors, subtree
+from nri_resmgr.resmgr.policies.balloons.state import single_threads
+from nri_resmgr.resmgr.policies.topology_aware.affinity import (
+    AffinityError,
+    container_affinities,
+    implicit_affinities,
+    pool_weights,
+)
+from nri_resmgr.resmgr.policies.topology_aware.affinity import pool_score as affinity_score
+from nri_resmgr.resmgr.policies.topology_aware.pools import Pool, ancestors, subtree
 from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
+from nri_resmgr.resmgr.policies.topology_aware.scoring import (
+    LEVEL_VALUES,
+    Ask,
+    PoolScore,
+    best,
+    find_existing_level,
+)
 from nri_resmgr.resmgr.requests import milli_cpu_to_shares
 from nri_resmgr.sysfs import System
 
@@ -32,6 +49,8 @@ class Candidate:
     isolated: bool
     capacity: int
     """mCPU of shared capacity left in the pool after this grant."""
+    free: int
+    """mCPU of shared capacity before this grant (nri-plugins AllocatableSharedCPU)."""
     source: CpuSet = attrs.field(factory=CpuSet)
     """Where exclusive CPUs may be picked from without emptying any shared pool."""
 
@@ -68,6 +87,15 @@ class Engine:
             sorted(self.subtrees[p.index][1:], key=lambda i: -pools[i].depth) for p in pools
         ]
         self.cache = AllocationCache()
+        # nri-plugins numbers pools children first (post-order); its ties go to the lower id.
+        postorder = sorted(range(len(pools)), key=lambda i: _postorder_key(pools, i))
+        self.upstream_id = {pool: n for n, pool in enumerate(postorder)}
+        self.links_below = [
+            [(d, pools[d].depth - p.depth) for d in self.subtrees[p.index]] for p in pools
+        ]
+        self.unlimited_level = find_existing_level(
+            [pools[i].level for i in postorder], spec.unlimited_burstable
+        )
         # The shared cpusets every cached allocation was last brought in line with; None when
         # allocations were stored from outside (restore) and must all be checked again.
         self._settled: list[CpuSet] | None = None
@@ -89,20 +117,23 @@ class Engine:
         return usage
 
     def _subtree_load(self, pool: int, usage: dict[int, PoolLoad]) -> PoolLoad:
-        mcpu = users = count = 0
+        mcpu = users = count = zero = 0
         for i in self.subtrees[pool]:
             load = usage.get(i, _IDLE)
-            mcpu, users, count = (
+            mcpu, users, count, zero = (
                 mcpu + load.shared_mcpu,
                 users + load.shared_users,
                 count + load.containers,
+                zero + load.zero_requests,
             )
-        return PoolLoad(mcpu, users, count)
+        return PoolLoad(mcpu, users, count, zero)
 
     def _load(self, pool: int, usage: dict[int, PoolLoad], taken: CpuSet) -> PoolLoad:
-        """The subtree's load plus this pool's part of its ancestors' shared containers."""
+        """The subtree's load plus this pool's part of its ancestors' shared containers; a
+        subtree holding containers that ask no CPU counts 1 mCPU more (nri-plugins
+        AllocatableSharedCPU), so they are never left without a CPU."""
         own_load = self._subtree_load(pool, usage)
-        mcpu = own_load.shared_mcpu
+        mcpu = own_load.shared_mcpu + (1 if own_load.zero_requests else 0)
         own = len(self.shared_cpus(pool, taken))
         for a in self.ancestors[pool]:
             part = usage.get(a, _IDLE).shared_mcpu
@@ -120,15 +151,16 @@ class Engine:
             shared = self.shared_cpus(d, taken)
             if not shared:
                 continue
-            need = max(1, -(-self._subtree_load(d, usage).shared_mcpu // 1000))
+            load = self._subtree_load(d, usage)
+            need = max(1, -(-(load.shared_mcpu + (1 if load.zero_requests else 0)) // 1000))
             missing = need - len(kept & shared)
             if missing > 0:
                 kept = kept | CpuSet(list(shared - kept)[:missing])
         return kept
 
-    def pool_load(self, pool: int) -> tuple[int, int, int]:
-        """(shared mCPU, shared users, containers) of a pool and its subtree, as placement
-        sees them (an ancestor's shared containers counted by share); for exports."""
+    def pool_load(self, pool: int) -> PoolLoad:
+        """The load of a pool and its subtree, as placement sees them (an ancestor's shared
+        containers counted by share); for exports."""
         return self._load(pool, self._usage(), self.cache.exclusive_cpus())
 
     # -- selection ------------------------------------------------------------------------
@@ -160,7 +192,10 @@ class Engine:
                     return None
         if uses_shared and (remaining < 1 or remaining * 1000 < load + shared_part):
             return None
-        return Candidate(pool, isolated, remaining * 1000 - load - shared_part, source)
+        free = remaining * 1000 - load
+        if want.exclusive and not isolated:
+            free += 1000 * want.exclusive
+        return Candidate(pool, isolated, remaining * 1000 - load - shared_part, free, source)
 
     def _ancestors_keep(
         self, pool: int, count: int, extra: int, usage: dict[int, PoolLoad], taken: CpuSet
@@ -172,32 +207,77 @@ class Engine:
                 return False
         return True
 
-    def _level_pools(self, level: str) -> list[int]:
-        existing = [lv for lv in LEVELS if any(p.level == lv for p in self.pools)]
-        target = LEVELS.index(level) if level in LEVELS else 1
-        usable = [lv for lv in existing if LEVELS.index(lv) <= target] or existing[:1]
-        return [p.index for p in self.pools if p.level == usable[-1]]
-
-    def choose(self, want: Want, hint: str | None = None) -> Candidate | None:
+    def choose(
+        self, want: Want, hint: str | None = None, affinity: Mapping[str, int] | None = None
+    ) -> Candidate | None:
+        """The best fitting pool for ``want`` (the hinted one if it fits), in nri-plugins'
+        order (``scoring.compare``); ``affinity`` weighs pools by name; None if none fits."""
         taken = self.cache.exclusive_cpus()
         usage = self._usage()
         if hint is not None and hint in self.index:
             fit = self._fit(self.index[hint], want, usage, taken)
             if fit is not None:
                 return fit
-        pools = [p.index for p in self.pools]
-        if want.kind is Kind.SHARED and want.unlimited:
-            pools = self._level_pools(self.spec.unlimited_burstable)
-        fits = [f for f in (self._fit(i, want, usage, taken) for i in pools) if f]
+        fits = [f for f in (self._fit(p.index, want, usage, taken) for p in self.pools) if f]
         if not fits:
             return None
+        if len(fits) == 1:
+            return fits[0]
+        ask = self._ask(want)
+        weights = {self.index[n]: w for n, w in (affinity or {}).items() if n in self.index}
+        scores = [self._score(c, want, usage, taken, weights) for c in fits]
+        return fits[[s.pool for s in scores].index(best(ask, scores).pool)]
 
-        def score(c: Candidate) -> tuple[int, int, int, int, int]:
-            count = self._subtree_load(c.pool, usage).containers
-            depth = self.pools[c.pool].depth
-            return (int(c.isolated and want.isolated), depth, c.capacity, -count, -c.pool)
+    def _ask(self, want: Want) -> Ask:
+        level = self.unlimited_level
+        if want.burst_level is not None:
+            if want.burst_level in LEVEL_VALUES:
+                levels = [
+                    self.pools[i].level
+                    for i in sorted(self.upstream_id, key=self.upstream_id.__getitem__)
+                ]
+                level = find_existing_level(levels, want.burst_level)
+            else:
+                log.error(
+                    "ignoring invalid unlimited-burstable annotation %r (not one of %s)",
+                    want.burst_level,
+                    ", ".join(LEVEL_VALUES),
+                )
+        return Ask(
+            full=want.exclusive,
+            isolate=want.isolated,
+            burstable=want.unlimited or want.limit is not None,
+            limit=want.limit,
+            level=level,
+        )
 
-        return max(fits, key=score)
+    def _score(
+        self,
+        c: Candidate,
+        want: Want,
+        usage: dict[int, PoolLoad],
+        taken: CpuSet,
+        weights: Mapping[int, int],
+    ) -> PoolScore:
+        pool = self.pools[c.pool]
+        isolated = 0
+        if want.isolated:
+            isolated = len(self.isolated_of[c.pool] - taken) - want.exclusive
+        return PoolScore(
+            pool=c.pool,
+            upstream_id=self.upstream_id[c.pool],
+            depth=pool.depth,
+            level=pool.level,
+            isolated=isolated,
+            shared=c.capacity,
+            free=c.free,
+            colocated=usage.get(c.pool, _IDLE).containers,
+            affinity=(
+                affinity_score(weights, self.ancestors[c.pool], self.links_below[c.pool])
+                if weights
+                else 0.0
+            ),
+        )
 
     # -- grants ---------------------------------------------------------------------------
 
@@ -225,9 +305,21 @@ class Engine:
             pod=pod,
             container=container,
         )
+        if want.kind is Kind.RESERVED and want.request > self._free_reserved(cid):
+            # nri-plugins supply.AllocateCPU: more than the reserved CPUs have left goes to
+            # the normal shared CPUs rather than over-committing the reserved ones.
+            log.warning(
+                "%s: needs %d mCPU reserved, only %d available; using normal shared CPUs",
+                name,
+                want.request,
+                self._free_reserved(cid),
+            )
+            want = Want(Kind.SHARED, request=want.request)
+            base = attrs.evolve(base, kind=Kind.SHARED)
         if want.kind in (Kind.RESERVED, Kind.PRESERVE):
             return self._store(base)
-        candidate = self.choose(want, hint)
+        weights = self._affinity(cid, pod, container)
+        candidate = self.choose(want, hint, weights)
         if candidate is None and want.exclusive:
             log.warning(
                 "%s: cannot give %d exclusive CPUs (%d mCPU requested); using shared CPUs",
@@ -237,7 +329,7 @@ class Engine:
             )
             want = Want(Kind.SHARED, request=want.request)
             base = attrs.evolve(base, kind=Kind.SHARED)
-            candidate = self.choose(want, hint)
+            candidate = self.choose(want, hint, weights)
         if candidate is None:
             pool = self._roomiest_pool()
             if not self.shared_cpus(pool.index):
@@ -254,6 +346,33 @@ class Engine:
         return self._store(
             attrs.evolve(base, pool=pool.name, exclusive=exclusive, isolated=candidate.isolated)
         )
+
+    def _free_reserved(self, cid: str) -> int:
+        """mCPU of the reserved CPUs not yet granted to reserved containers (but ``cid``)."""
+        granted = sum(
+            a.request for a in self.cache if a.kind is Kind.RESERVED and a.container_id != cid
+        )
+        return 1000 * len(self.reserved) - granted
+
+    def _affinity(
+        self, cid: str, pod: Pod | None, container: Container | None
+    ) -> dict[str, int] | None:
+        """Per pool name, the weight of the container's (explicit, else implicit) affinities
+        on the containers placed there; None when it has none."""
+        if pod is None or container is None:
+            return None
+        try:
+            affinities = container_affinities(pod, container)
+        except AffinityError as e:
+            log.error("%s/%s: ignoring affinities: %s", pod.namespace, pod.name, e)
+            affinities = []
+        if not affinities:
+            affinities = implicit_affinities(
+                pod, self.spec.colocate_pods, self.spec.colocate_namespaces
+            )
+        if not affinities:
+            return None
+        return pool_weights(affinities, cid, self.cache)
 
     def _roomiest_pool(self) -> Pool:
         taken = self.cache.exclusive_cpus()
@@ -284,6 +403,8 @@ class Engine:
         else:
             cpus = self._shared_of(pool.index, taken, shared)
         mems = None if (a.keep_mems or not self.spec.pin_memory) else pool.mems
+        if cpus and _hides_hyperthreads(a):
+            cpus = single_threads(self.system, cpus)
         return (cpus if self.spec.pin_cpu else None), mems
 
     def _shared_of(self, pool: int, taken: CpuSet | None, shared: list[CpuSet] | None) -> CpuSet:
@@ -338,6 +459,25 @@ class Engine:
                 self.cache.put(followed.applied)
                 updates.append(followed.update)
         return updates
+
+
+def _hides_hyperthreads(a: Allocation) -> bool:
+    """hide-hyperthreads: one thread per core of the grant (nri-plugins pools.go
+    setPreferredCpusetCpus)."""
+    if a.pod is None or a.container is None:
+        return False
+    return lookup_bool(a.pod, a.container, "hide-hyperthreads") is True
+
+
+def _postorder_key(pools: list[Pool], index: int) -> tuple[int, ...]:
+    """Sorts pools children-first: the path of child positions from the root, with a parent
+    after all of its children."""
+    path: list[int] = []
+    node = pools[index]
+    while node.parent is not None:
+        path.append(pools[node.parent].children.index(node.index))
+        node = pools[node.parent]
+    return (*reversed(path), len(pools))
 
 
 def _portion(a: Allocation) -> int:

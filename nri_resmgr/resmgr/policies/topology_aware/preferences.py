@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import attrs
 
 from nri_resmgr.config.models import TopologyAwareSpec
-from nri_resmgr.resmgr.annotations import lookup_bool
+from nri_resmgr.resmgr.annotations import lookup, lookup_bool
 from nri_resmgr.resmgr.cache import Kind
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.resmgr.requests import QoS, Request
@@ -26,6 +26,10 @@ class Want:
     isolated: bool = False
     unlimited: bool = False
     """A burstable container without a CPU limit (placed at the unlimitedBurstable level)."""
+    limit: int | None = None
+    """mCPU CPU limit of a limited Burstable container (pools covering it are preferred)."""
+    burst_level: str | None = None
+    """The unlimited-burstable annotation (a topology level), unresolved; None: the config's."""
 
     @property
     def shared_part(self) -> int:
@@ -48,7 +52,13 @@ def wanted(
     if has_reserved and (prefer_reserved or (reserved_ns and prefer_reserved is not False)):
         return Want(Kind.RESERVED, request=r)
     if req.qos is QoS.BURSTABLE:
-        return Want(Kind.SHARED, request=r, unlimited=req.cpu_limit is None)
+        return Want(
+            Kind.SHARED,
+            request=r,
+            unlimited=req.cpu_limit is None,
+            limit=req.cpu_limit,
+            burst_level=lookup(pod, container, "unlimited-burstable"),
+        )
     if req.qos is QoS.BESTEFFORT:
         return Want(Kind.SHARED, request=0)
     return _guaranteed(pod, container, r, spec)

@@ -1,0 +1,153 @@
+"""Which fitting pool a container goes to: nri-plugins' ``pools.go`` compareScores, in order.
+
+Only pools that can take the request are compared (the engine's fit check stands for
+upstream's "insufficient isolated, reserved or shared capacity loses"), so the order is:
+
+1. a pool with enough isolated CPUs wins (for a request that prefers isolated CPUs);
+2. the higher affinity score wins;
+3. (topology hints: none are known here, so always a tie);
+4. memory: the better matching offer, then offer burstability — ``memory_offer`` (a tie
+   until memory placement is modelled);
+5. a Burstable container with a CPU limit: a pool whose free shared CPU covers the limit
+   wins; one without a limit: a pool at its unlimitedBurstable level wins, then (both at the
+   level) more free shared CPU, then the lower upstream id; otherwise (neither at the level)
+   a pool below the level beats one above it, then the lower upstream id;
+6. memory: the tighter offer, the matching memory type — ``memory_fit`` (a tie for now);
+7. (CPU classes, CPU priority: not modelled here, a tie);
+8. the deeper pool wins;
+9. an isolated request: more isolated capacity wins, then the lower upstream id;
+10. an exclusive request: more shared capacity left wins, then the lower upstream id;
+11. a shared-only request: fewer colocated containers win, then more shared capacity;
+12. the lower upstream id wins.
+
+Upstream ids number the pools depth-first, children before their parent (``DepthFirst`` is
+post-order), so "lower id" prefers the leftmost and, among relatives, the deeper pool.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import attrs
+
+LEVEL_VALUES = {"system": 1, "package": 2, "die": 3, "numa": 4, "l3cache": 5}
+"""nri-plugins' CPUTopologyLevel values (pkg/apis/config/v1alpha1/resmgr/policy/config.go)."""
+
+
+@attrs.frozen
+class Ask:
+    """What of the request the comparison reads."""
+
+    full: int = 0
+    """Exclusive CPUs asked for."""
+    isolate: bool = False
+    burstable: bool = False
+    """QoS class Burstable."""
+    limit: int | None = None
+    """mCPU CPU limit of a Burstable container; None is unlimited."""
+    level: str = "package"
+    """Unlimited Burstable: the (existing) topology level it prefers."""
+
+
+@attrs.frozen
+class PoolScore:
+    pool: int
+    """Engine pool index."""
+    upstream_id: int
+    depth: int
+    level: str
+    isolated: int
+    """Isolated CPUs left after the request (negative: not enough); 0 unless asked for."""
+    shared: int
+    """mCPU of shared capacity left after the request."""
+    free: int
+    """mCPU of shared capacity before the request (upstream AllocatableSharedCPU)."""
+    colocated: int
+    """Containers placed in this very pool (reserved and preserved ones not counted)."""
+    affinity: float = 0.0
+
+
+def find_existing_level(levels_postorder: list[str], level: str) -> str:
+    """nri-plugins findExistingTopologyLevel: ``level`` if a pool has it, else the level of
+    the first pool (children before parents) above it, else package."""
+    want = LEVEL_VALUES.get(level, 0)
+    for lv in levels_postorder:
+        value = LEVEL_VALUES.get(lv, 0)
+        if value == want:
+            return lv
+        if value < want:
+            return lv
+    return "package"
+
+
+def memory_offer(ask: Ask, a: PoolScore, b: PoolScore) -> int:
+    """Upstream "better matching offer" and "memory offer burstability"; <0 prefers ``a``.
+    A tie until the engine offers memory (the memory-aware placement work fills this in)."""
+    return 0
+
+
+def memory_fit(ask: Ask, a: PoolScore, b: PoolScore) -> int:
+    """Upstream "tighter memory offer" and "matching memory type"; <0 prefers ``a``. A tie
+    until the engine offers memory."""
+    return 0
+
+
+def _by_id(a: PoolScore, b: PoolScore) -> int:
+    return -1 if a.upstream_id < b.upstream_id else 1 if a.upstream_id > b.upstream_id else 0
+
+
+def _more(x: float, y: float) -> int:
+    """-1 when the first is larger (it wins), 1 when smaller, 0 on a tie."""
+    return -1 if x > y else 1 if x < y else 0
+
+
+def compare(ask: Ask, a: PoolScore, b: PoolScore) -> int:
+    """<0 when pool ``a`` is the better choice, >0 when ``b`` is; see the module docstring."""
+    if ask.isolate and (a.isolated >= 0) != (b.isolated >= 0):
+        return -1 if a.isolated >= 0 else 1
+    if order := _more(a.affinity, b.affinity):
+        return order
+    if order := memory_offer(ask, a, b):
+        return order
+    if ask.burstable:
+        if ask.limit is not None:
+            enough_a, enough_b = a.free >= ask.limit, b.free >= ask.limit
+            if enough_a != enough_b:
+                return -1 if enough_a else 1
+        else:
+            return _unlimited(ask, a, b)
+    if order := memory_fit(ask, a, b):
+        return order
+    if order := _more(a.depth, b.depth):
+        return order
+    if ask.isolate and (a.isolated > 0 or b.isolated > 0):
+        return _more(a.isolated, b.isolated) or _by_id(a, b)
+    if ask.full and (a.shared > 0 or b.shared > 0):
+        return _more(a.shared, b.shared) or _by_id(a, b)
+    if order := _more(-a.colocated, -b.colocated):
+        return order
+    return _more(a.shared, b.shared) or _by_id(a, b)
+
+
+def _unlimited(ask: Ask, a: PoolScore, b: PoolScore) -> int:
+    at_a, at_b = a.level == ask.level, b.level == ask.level
+    if at_a != at_b:
+        return -1 if at_a else 1
+    if at_a:
+        return _more(a.free, b.free) or _by_id(a, b)
+    target = LEVEL_VALUES.get(ask.level, 0)
+    va, vb = LEVEL_VALUES.get(a.level, 0), LEVEL_VALUES.get(b.level, 0)
+    # Below the level beats above it. (Upstream's mirrored case also answers "a wins", which
+    # makes its sort order depend on the input order; here it is symmetric.)
+    if va > target > vb:
+        return -1
+    if vb > target > va:
+        return 1
+    return _by_id(a, b)
+
+
+def best(ask: Ask, scores: list[PoolScore]) -> PoolScore:
+    def cmp(a: PoolScore, b: PoolScore) -> int:
+        return compare(ask, a, b)
+
+    return min(scores, key=functools.cmp_to_key(cmp))
