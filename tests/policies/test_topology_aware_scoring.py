@@ -462,7 +462,11 @@ def test_hide_hyperthreads_exclusive_and_shared(tmp_path: Path) -> None:
     s = rt.create(besteffort("s", annotations=hide))
     shared = p.engine.shared_cpus(p.engine.index[pool_of(p, s)])
     cpus = CpuSet.parse(rt.cpus[s.id] or "")
-    assert cpus.issubset(shared) and cpus != shared and {cpu // 2 for cpu in cpus} == {cpu // 2 for cpu in shared}
+    assert (
+        cpus.issubset(shared)
+        and cpus != shared
+        and {cpu // 2 for cpu in cpus} == {cpu // 2 for cpu in shared}
+    )
     plain = rt.create(besteffort("plain"))
     assert len(CpuSet.parse(rt.cpus[plain.id] or "")) == 4
 
