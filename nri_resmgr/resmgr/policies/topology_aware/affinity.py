@@ -27,7 +27,7 @@ import attrs
 import yaml
 
 from nri_resmgr.config.expressions import evaluate, key_error
-from nri_resmgr.config.models import Expression
+from nri_resmgr.config.models import Expression, TopologyAwareSpec
 from nri_resmgr.resmgr.annotations import DOMAIN
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.model import Container, Pod
@@ -98,6 +98,24 @@ def implicit_affinities(pod: Pod, colocate_pods: bool, colocate_namespaces: bool
         match = Expression("namespace", "Equals", (pod.namespace,))
         out.append(Affinity(_ALWAYS, match, IMPLICIT_WEIGHT))
     return out
+
+
+def placed_weights(
+    cid: str, pod: Pod, container: Container, spec: TopologyAwareSpec, placed: Iterable[Allocation]
+) -> dict[str, int] | None:
+    """Per pool name, the weight of the container's affinities (explicit, else the implicit
+    colocate ones) on the containers placed there; None when it has none. An unreadable
+    annotation is logged, naming the problem, and the container placed without it."""
+    try:
+        affinities = container_affinities(pod, container)
+    except AffinityError as e:
+        log.error("%s/%s: ignoring affinities: %s", pod.namespace, pod.name, e)
+        affinities = []
+    if not affinities:
+        affinities = implicit_affinities(pod, spec.colocate_pods, spec.colocate_namespaces)
+    if not affinities:
+        return None
+    return pool_weights(affinities, cid, placed)
 
 
 def pool_weights(

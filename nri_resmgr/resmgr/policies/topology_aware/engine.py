@@ -19,12 +19,7 @@ from nri_resmgr.resmgr.cpualloc import PlacementError, pick_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
 from nri_resmgr.resmgr.policies.balloons.state import single_threads
-from nri_resmgr.resmgr.policies.topology_aware.affinity import (
-    AffinityError,
-    container_affinities,
-    implicit_affinities,
-    pool_weights,
-)
+from nri_resmgr.resmgr.policies.topology_aware.affinity import placed_weights
 from nri_resmgr.resmgr.policies.topology_aware.affinity import pool_score as affinity_score
 from nri_resmgr.resmgr.policies.topology_aware.pools import Pool, ancestors, subtree
 from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
@@ -33,6 +28,7 @@ from nri_resmgr.resmgr.policies.topology_aware.scoring import (
     Ask,
     PoolScore,
     best,
+    children_first,
     find_existing_level,
 )
 from nri_resmgr.resmgr.requests import milli_cpu_to_shares
@@ -88,14 +84,13 @@ class Engine:
         ]
         self.cache = AllocationCache()
         # nri-plugins numbers pools children first (post-order); its ties go to the lower id.
-        postorder = sorted(range(len(pools)), key=lambda i: _postorder_key(pools, i))
+        postorder = children_first(pools)
         self.upstream_id = {pool: n for n, pool in enumerate(postorder)}
         self.links_below = [
             [(d, pools[d].depth - p.depth) for d in self.subtrees[p.index]] for p in pools
         ]
-        self.unlimited_level = find_existing_level(
-            [pools[i].level for i in postorder], spec.unlimited_burstable
-        )
+        self._levels = [pools[i].level for i in postorder]
+        self.unlimited_level = find_existing_level(self._levels, spec.unlimited_burstable)
         # The shared cpusets every cached allocation was last brought in line with; None when
         # allocations were stored from outside (restore) and must all be checked again.
         self._settled: list[CpuSet] | None = None
@@ -232,11 +227,7 @@ class Engine:
         level = self.unlimited_level
         if want.burst_level is not None:
             if want.burst_level in LEVEL_VALUES:
-                levels = [
-                    self.pools[i].level
-                    for i in sorted(self.upstream_id, key=self.upstream_id.__getitem__)
-                ]
-                level = find_existing_level(levels, want.burst_level)
+                level = find_existing_level(self._levels, want.burst_level)
             else:
                 log.error(
                     "ignoring invalid unlimited-burstable annotation %r (not one of %s)",
@@ -357,22 +348,9 @@ class Engine:
     def _affinity(
         self, cid: str, pod: Pod | None, container: Container | None
     ) -> dict[str, int] | None:
-        """Per pool name, the weight of the container's (explicit, else implicit) affinities
-        on the containers placed there; None when it has none."""
         if pod is None or container is None:
             return None
-        try:
-            affinities = container_affinities(pod, container)
-        except AffinityError as e:
-            log.error("%s/%s: ignoring affinities: %s", pod.namespace, pod.name, e)
-            affinities = []
-        if not affinities:
-            affinities = implicit_affinities(
-                pod, self.spec.colocate_pods, self.spec.colocate_namespaces
-            )
-        if not affinities:
-            return None
-        return pool_weights(affinities, cid, self.cache)
+        return placed_weights(cid, pod, container, self.spec, self.cache)
 
     def _roomiest_pool(self) -> Pool:
         taken = self.cache.exclusive_cpus()
@@ -467,17 +445,6 @@ def _hides_hyperthreads(a: Allocation) -> bool:
     if a.pod is None or a.container is None:
         return False
     return lookup_bool(a.pod, a.container, "hide-hyperthreads") is True
-
-
-def _postorder_key(pools: list[Pool], index: int) -> tuple[int, ...]:
-    """Sorts pools children-first: the path of child positions from the root, with a parent
-    after all of its children."""
-    path: list[int] = []
-    node = pools[index]
-    while node.parent is not None:
-        path.append(pools[node.parent].children.index(node.index))
-        node = pools[node.parent]
-    return (*reversed(path), len(pools))
 
 
 def _portion(a: Allocation) -> int:

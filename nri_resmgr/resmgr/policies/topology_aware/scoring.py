@@ -30,6 +30,8 @@ import functools
 
 import attrs
 
+from nri_resmgr.resmgr.policies.topology_aware.pools import Pool
+
 LEVEL_VALUES = {"system": 1, "package": 2, "die": 3, "numa": 4, "l3cache": 5}
 """nri-plugins' CPUTopologyLevel values (pkg/apis/config/v1alpha1/resmgr/policy/config.go)."""
 
@@ -151,3 +153,19 @@ def best(ask: Ask, scores: list[PoolScore]) -> PoolScore:
         return compare(ask, a, b)
 
     return min(scores, key=functools.cmp_to_key(cmp))
+
+
+def children_first(pools: list[Pool]) -> list[int]:
+    """Pool indices in nri-plugins' id order: depth-first, each parent after its children."""
+    return sorted(range(len(pools)), key=lambda i: _postorder_key(pools, i))
+
+
+def _postorder_key(pools: list[Pool], index: int) -> tuple[int, ...]:
+    """Sorts pools children-first: the path of child positions from the root, with a parent
+    after all of its children."""
+    path: list[int] = []
+    node = pools[index]
+    while node.parent is not None:
+        path.append(pools[node.parent].children.index(node.index))
+        node = pools[node.parent]
+    return (*reversed(path), len(pools))
