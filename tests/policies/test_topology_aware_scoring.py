@@ -512,3 +512,21 @@ def test_reserved_exclude_cpuset(tmp_path: Path) -> None:
     rt = Runtime(p)
     k = rt.create(besteffort("k", namespace="kube-system"))
     assert rt.cpus[k.id] == "0-1"
+
+
+def test_a_reserved_overflow_keeps_its_shared_cpus_over_a_restart(tmp_path: Path) -> None:
+    # Restore reads the runtime: a reserved-class container on normal CPUs had fallen back,
+    # and stays on them (re-granting it before the others would pick NUMA node #1 here).
+    # Socket {0-3}, node #0 {0,1}, node #1 {2,3}, CPU 0 reserved (1000m).
+    layout = Layout(nodes_per_die=2, cores_per_node=1, threads=2)
+    p = policy(tmp_path, layout)
+    rt = Runtime(p)
+    rt.create(burstable("b", 1000))  # unlimited: the socket
+    k = rt.create(guaranteed("k", 1500, namespace="kube-system"))
+    assert p.engine.cache.get(k.id).kind is Kind.SHARED  # type: ignore[union-attr]
+    before = dict(rt.cpus)
+    fresh = policy(tmp_path / "again", layout)
+    pods, containers = rt.reported()
+    assert fresh.synchronize(pods, containers) == []
+    assert fresh.engine.cache.get(k.id).kind is Kind.SHARED  # type: ignore[union-attr]
+    assert rt.cpus == before

@@ -50,7 +50,10 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
     pending: list[Live] = []
     for live in lives:
         kind = live.want.kind
-        if kind in (Kind.RESERVED, Kind.PRESERVE):
+        if kind is Kind.RESERVED and live.cpus and not live.cpus.issubset(engine.reserved):
+            # The reserved CPUs were full when it came: it runs on normal shared CPUs.
+            pending.append(attrs.evolve(live, want=Want(Kind.SHARED, request=live.want.request)))
+        elif kind in (Kind.RESERVED, Kind.PRESERVE):
             _grant(engine, live)
         elif not (kind is Kind.EXCLUSIVE and _claim_exclusive(engine, live, users)):
             pending.append(live)
