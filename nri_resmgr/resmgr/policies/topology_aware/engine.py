@@ -442,8 +442,8 @@ class Engine:
 def _hides_hyperthreads(a: Allocation) -> bool:
     """hide-hyperthreads: one thread per core of the grant (nri-plugins pools.go
     setPreferredCpusetCpus)."""
-    if a.pod is None or a.container is None:
-        return False
+    if a.pod is None or a.container is None or not a.pod.annotations:
+        return False  # the common case, on every refresh of every container: no lookups
     return lookup_bool(a.pod, a.container, "hide-hyperthreads") is True
 
 
