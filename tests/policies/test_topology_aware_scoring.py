@@ -270,6 +270,9 @@ def test_reserved_overflow_falls_back_to_normal_shared_cpus(
     assert rt.cpus[k1.id] == rt.cpus[k3.id] == "0"
     assert "0" not in (rt.cpus[k2.id] or "").split(",") and rt.cpus[k2.id] in NODE.values()
     assert "needs 500 mCPU reserved, only 200 available" in caplog.text
+    # Full reserved CPUs still take a container asking no CPU (upstream: "fraction > 0").
+    be = rt.create(besteffort("kbe", namespace="kube-system"))
+    assert p.engine.cache.get(be.id).kind is Kind.RESERVED  # type: ignore[union-attr]
 
 
 # -- item 9: limited Burstable prefers a pool covering its limit ------------------------------

@@ -296,7 +296,11 @@ class Engine:
             pod=pod,
             container=container,
         )
-        if want.kind is Kind.RESERVED and want.request > self._free_reserved(cid):
+        if (
+            want.kind is Kind.RESERVED
+            and want.request > 0
+            and self._free_reserved(cid) < want.request
+        ):
             # nri-plugins supply.AllocateCPU: more than the reserved CPUs have left goes to
             # the normal shared CPUs rather than over-committing the reserved ones.
             log.warning(
