@@ -533,3 +533,14 @@ def test_a_reserved_overflow_keeps_its_shared_cpus_over_a_restart(tmp_path: Path
     assert fresh.synchronize(pods, containers) == []
     assert fresh.engine.cache.get(k.id).kind is Kind.SHARED  # type: ignore[union-attr]
     assert rt.cpus == before
+
+
+def test_reconfigured_reserved_cpus_keep_reserved_containers_reserved(tmp_path: Path) -> None:
+    # A new reserved set is not a fallback: the container follows the reserved CPUs.
+    p = policy(tmp_path, reserved="cpuset:0")
+    rt = Runtime(p)
+    k = rt.create(besteffort("k", namespace="kube-system"))
+    assert rt.cpus[k.id] == "0"
+    rt.apply(p.reconfigure(topology_spec(reserved="cpuset:1")))
+    assert p.engine.cache.get(k.id).kind is Kind.RESERVED  # type: ignore[union-attr]
+    assert rt.cpus[k.id] == "1"

@@ -50,11 +50,15 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
     pending: list[Live] = []
     for live in lives:
         kind = live.want.kind
-        if kind is Kind.RESERVED and live.cpus and not live.cpus.issubset(engine.reserved):
-            # The reserved CPUs were full when it came: it runs on normal shared CPUs.
-            pending.append(attrs.evolve(live, want=Want(Kind.SHARED, request=live.want.request)))
-        elif kind in (Kind.RESERVED, Kind.PRESERVE):
+        if kind in (Kind.RESERVED, Kind.PRESERVE):
             _grant(engine, live)
+            granted = engine.cache.get(live.container.id)
+            if granted is not None and granted.kind is Kind.SHARED:
+                # The reserved CPUs are full: restored on normal shared CPUs, where it runs.
+                engine.release(live.container.id)
+                pending.append(
+                    attrs.evolve(live, want=Want(Kind.SHARED, request=live.want.request))
+                )
         elif not (kind is Kind.EXCLUSIVE and _claim_exclusive(engine, live, users)):
             pending.append(live)
     mixed = [p for p in pending if p.want.kind is Kind.MIXED]
