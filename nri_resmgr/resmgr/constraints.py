@@ -7,7 +7,7 @@ import re
 
 from nri_resmgr.config.models import Constraints
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.resmgr.cpualloc import pick_cpus
+from nri_resmgr.resmgr.cpuallocator import Priority, allocate_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
 from nri_resmgr.sysfs import System
 
@@ -88,4 +88,5 @@ def reserved_cpus(system: System, reserved: Constraints, allowed: CpuSet) -> Cpu
             f"{RESERVED}: {text!r} needs {count} CPUs but only {len(candidates)} "
             f"non-isolated CPUs are available ({candidates})"
         )
-    return pick_cpus(system, candidates, count, lowest=True)
+    # nri-plugins: the CPU allocator picks them, preferring normal-priority CPUs.
+    return allocate_cpus(system, candidates, count, Priority.NORMAL)

@@ -13,7 +13,8 @@ import attrs
 
 from nri_resmgr.config.models import TopologyAwareSpec
 from nri_resmgr.resmgr.cache import Allocation, AllocationCache, Kind, PoolLoad, follow
-from nri_resmgr.resmgr.cpualloc import PlacementError, pick_cpus
+from nri_resmgr.resmgr.cpualloc import PlacementError
+from nri_resmgr.resmgr.cpuallocator import allocate_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
 from nri_resmgr.resmgr.policies.topology_aware.pools import LEVELS, Pool, ancestors, subtree
@@ -250,7 +251,7 @@ class Engine:
         pool = self.pools[candidate.pool]
         exclusive = CpuSet()
         if want.exclusive:
-            exclusive = pick_cpus(self.system, candidate.source, want.exclusive)
+            exclusive = allocate_cpus(self.system, candidate.source, want.exclusive, want.prio)
         return self._store(
             attrs.evolve(base, pool=pool.name, exclusive=exclusive, isolated=candidate.isolated)
         )

@@ -10,6 +10,7 @@ import attrs
 from nri_resmgr.config.models import TopologyAwareSpec
 from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import Kind
+from nri_resmgr.resmgr.cpuallocator import Priority
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.resmgr.requests import QoS, Request
 
@@ -26,6 +27,10 @@ class Want:
     isolated: bool = False
     unlimited: bool = False
     """A burstable container without a CPU limit (placed at the unlimitedBurstable level)."""
+    prio: Priority = Priority.NONE
+    """Preferred CPU priority of exclusive CPUs (``prefer-cpu-priority``)."""
+    require_isolated: bool = False
+    """``require-isolated-cpus`` is the effective isolation annotation: fail without them."""
 
     @property
     def shared_part(self) -> int:
