@@ -17,6 +17,7 @@ from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuallocator import allocate_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
+from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import check_required_isolation
 from nri_resmgr.resmgr.policies.topology_aware.pools import LEVELS, Pool, ancestors, subtree
 from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
 from nri_resmgr.resmgr.requests import milli_cpu_to_shares
@@ -229,6 +230,7 @@ class Engine:
         if want.kind in (Kind.RESERVED, Kind.PRESERVE):
             return self._store(base)
         candidate = self.choose(want, hint)
+        check_required_isolation(want, candidate is not None and candidate.isolated, name)
         if candidate is None and want.exclusive:
             log.warning(
                 "%s: cannot give %d exclusive CPUs (%d mCPU requested); using shared CPUs",

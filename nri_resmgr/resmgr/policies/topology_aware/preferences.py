@@ -12,6 +12,7 @@ from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import Kind
 from nri_resmgr.resmgr.cpuallocator import Priority
 from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import cpu_priority, isolation
 from nri_resmgr.resmgr.requests import QoS, Request
 
 KUBE_SYSTEM = "kube-system"
@@ -56,13 +57,18 @@ def wanted(
         return Want(Kind.SHARED, request=r, unlimited=req.cpu_limit is None)
     if req.qos is QoS.BESTEFFORT:
         return Want(Kind.SHARED, request=0)
-    return _guaranteed(pod, container, r, spec)
+    want = _guaranteed(pod, container, r, spec)
+    if not want.exclusive:
+        return want
+    return attrs.evolve(
+        want, prio=cpu_priority(pod, container), require_isolated=isolation(pod, container).strict
+    )
 
 
 def _guaranteed(pod: Pod, container: Container, r: int, spec: TopologyAwareSpec) -> Want:
     cores, frac = divmod(r, 1000)
     shared_annotation = lookup_bool(pod, container, "prefer-shared-cpus")
-    isolated_annotation = lookup_bool(pod, container, "prefer-isolated-cpus")
+    isolated_annotation = isolation(pod, container).value  # prefer- or require-isolated-cpus
     prefer_shared = spec.prefer_shared_cpus if shared_annotation is None else shared_annotation
     prefer_isolated = (
         spec.prefer_isolated_cpus if isolated_annotation is None else isolated_annotation
