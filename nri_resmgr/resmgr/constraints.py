@@ -8,6 +8,7 @@ import re
 from nri_resmgr.config.models import Constraints
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.cpualloc import pick_cpus
+from nri_resmgr.resmgr.cpuallocator import Priority, allocate_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
 from nri_resmgr.sysfs import System
 
@@ -53,8 +54,14 @@ def allowed_cpus(system: System, available: Constraints) -> CpuSet:
     return allowed
 
 
-def reserved_cpus(system: System, reserved: Constraints, allowed: CpuSet) -> CpuSet:
-    """The reserved CPUs: a cpuset inside ``allowed``, or a quantity picked from it."""
+def reserved_cpus(
+    system: System, reserved: Constraints, allowed: CpuSet, by_allocator: bool = False
+) -> CpuSet:
+    """The reserved CPUs: a cpuset inside ``allowed``, or a quantity picked from it.
+
+    ``by_allocator``: a quantity is picked as topology-aware upstream picks it, by the CPU
+    allocator preferring normal-priority CPUs; otherwise (balloons, whose reserved balloon
+    then grows by its own CPU tree) the tightest group in CPU id order."""
     text = (reserved.cpu or "").strip()
     if not text:
         raise ConfigError(f"{RESERVED}: required (a quantity such as 750m, or cpuset:<list>)")
@@ -88,4 +95,6 @@ def reserved_cpus(system: System, reserved: Constraints, allowed: CpuSet) -> Cpu
             f"{RESERVED}: {text!r} needs {count} CPUs but only {len(candidates)} "
             f"non-isolated CPUs are available ({candidates})"
         )
+    if by_allocator:
+        return allocate_cpus(system, candidates, count, Priority.NORMAL)
     return pick_cpus(system, candidates, count, lowest=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 import attrs
 
 from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
+from nri_resmgr.sysfs.cpudetails import CpuDetails, read_details
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class System:
     cpus: Mapping[int, Cpu]
     nodes: Mapping[int, NumaNode]
     isolated: CpuSet
+    details: CpuDetails = attrs.field(factory=CpuDetails, eq=False)
+    """Caches, frequencies, core kinds: what the CPU allocator ranks CPUs by."""
 
     @property
     def online(self) -> CpuSet:
@@ -100,7 +103,8 @@ def discover(host_root: str = "") -> System:
     cpus = {i: _read_cpu(cpu_dir / f"cpu{i}", i, node_of.get(i, 0)) for i in online}
     nodes = _read_nodes(sys_dir / "devices/system/node", node_of, online, host_root)
     isolated = _parse(_read(cpu_dir / "isolated") or "", cpu_dir / "isolated") & online
-    system = System(cpus=cpus, nodes=nodes, isolated=isolated)
+    details = read_details(host_root, online)
+    system = System(cpus=cpus, nodes=nodes, isolated=isolated, details=details)
     log.debug("discovered %d CPUs, %d NUMA nodes", len(cpus), len(nodes))
     return system
 

@@ -260,11 +260,14 @@ def test_available_resources(tmp_path: Path, available: str, exclusive: str, sha
 
 def test_isolated_cpus_preferred(tmp_path: Path) -> None:
     rt = Runtime(policy(tmp_path, N4C16_ISOLATED))
+    # nri-plugins' CPU allocator reserves from the tighter package: socket 1 has 6
+    # non-isolated CPUs to socket 0's 8, so the reserved CPU is 8 (not the lowest id, 0).
+    assert rt.policy.engine.reserved == CpuSet([8])
     g = rt.create(guaranteed("g", 1000))
     assert rt.placement(g) == ("14", "3")
     # Multi-CPU requests use isolated CPUs only when annotated.
     g2 = rt.create(guaranteed("g2", 2000))
-    assert rt.cpus[g2.id] == "4-5"
+    assert rt.cpus[g2.id] == "0-1"
     rt.remove(g)
     g3 = rt.create(guaranteed("g3", 2000, annotations={f"prefer-isolated-cpus.{P}": "true"}))
     assert rt.cpus[g3.id] == "14-15"
@@ -275,7 +278,8 @@ def test_isolated_cpus_preferred(tmp_path: Path) -> None:
 
 def test_isolation_opt_out(tmp_path: Path) -> None:
     rt = Runtime(policy(tmp_path, N4C16_ISOLATED, prefer_isolated_cpus=False))
-    assert rt.cpus[rt.create(guaranteed("g", 1000)).id] == "4"
+    # Reserved is CPU 8 (see above), so NUMA node 0 has the most sliceable CPUs.
+    assert rt.cpus[rt.create(guaranteed("g", 1000)).id] == "0"
 
 
 def test_prefer_shared_cpus_config_and_override(tmp_path: Path) -> None:

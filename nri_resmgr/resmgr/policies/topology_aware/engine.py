@@ -15,12 +15,14 @@ import attrs
 from nri_resmgr.config.models import TopologyAwareSpec
 from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import Allocation, AllocationCache, Kind, PoolLoad, follow
-from nri_resmgr.resmgr.cpualloc import PlacementError, pick_cpus
+from nri_resmgr.resmgr.cpualloc import PlacementError
+from nri_resmgr.resmgr.cpuallocator import allocate_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
 from nri_resmgr.resmgr.policies.balloons.state import single_threads
 from nri_resmgr.resmgr.policies.topology_aware.affinity import placed_weights
 from nri_resmgr.resmgr.policies.topology_aware.affinity import pool_score as affinity_score
+from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import check_required_isolation
 from nri_resmgr.resmgr.policies.topology_aware.pools import Pool, ancestors, subtree
 from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
 from nri_resmgr.resmgr.policies.topology_aware.scoring import (
@@ -315,6 +317,7 @@ class Engine:
             return self._store(base)
         weights = self._affinity(cid, pod, container)
         candidate = self.choose(want, hint, weights)
+        check_required_isolation(want, candidate is not None and candidate.isolated, name)
         if candidate is None and want.exclusive:
             log.warning(
                 "%s: cannot give %d exclusive CPUs (%d mCPU requested); using shared CPUs",
@@ -337,7 +340,7 @@ class Engine:
         pool = self.pools[candidate.pool]
         exclusive = CpuSet()
         if want.exclusive:
-            exclusive = pick_cpus(self.system, candidate.source, want.exclusive)
+            exclusive = allocate_cpus(self.system, candidate.source, want.exclusive, want.prio)
         return self._store(
             attrs.evolve(base, pool=pool.name, exclusive=exclusive, isolated=candidate.isolated)
         )

@@ -17,6 +17,7 @@ from nri_resmgr.resmgr.policies.topology_aware.pools import Pool
 
 PREFIX = "nri_policy_topologyaware_zone_"
 KINDS = {"system": "virtual node", "package": "socket", "die": "die", "numa": "numa node"}
+KINDS["l3cache"] = "L3 cache"
 """Our pool levels as upstream's zone types (``node.go`` NodeKind)."""
 
 

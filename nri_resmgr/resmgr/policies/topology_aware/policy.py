@@ -58,7 +58,7 @@ class TopologyAwarePolicy(HardwarePolicy):
                 f"spec: topology-aware needs a TopologyAwarePolicy spec, got {type(spec).__name__}"
             )
         allowed = allowed_cpus(self.system, spec.available_resources)
-        reserved = reserved_cpus(self.system, spec.reserved_resources, allowed)
+        reserved = reserved_cpus(self.system, spec.reserved_resources, allowed, by_allocator=True)
         return Engine(self.system, spec, build_pools(self.system), allowed, reserved)
 
     def reconfigure(self, spec: PolicySpec) -> list[Update]:

@@ -1,8 +1,13 @@
-"""The topology-aware pool tree: root → sockets → dies → NUMA nodes, from the hardware.
+"""The topology-aware pool tree: root → sockets → dies → NUMA nodes → L3 caches, from the
+hardware, as nri-plugins' ``pools.go`` buildPoolsByTopology builds it.
 
 A level with a single child is not materialised (its only child would equal it). Pools are
 numbered depth-first; a parent's CPUs are the union of its children's (plus any CPUs of
-memoryless NUMA nodes, which fold into the parent).
+memoryless NUMA nodes, which fold into the parent). L3 cache pools (AMD EPYC-like CCXs)
+sit under the deepest of socket, die and NUMA node, when that pool holds more than one L3
+cache wholly; they are ordered by cache id and named ``<parent>/L3 cache #<id>``. Dies are
+omitted when sysfs gives cluster ids and every die is a single cluster (upstream's
+"dies are same as clusters"); without cluster ids, dies are kept.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import attrs
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.sysfs import System
 
-LEVELS = ("system", "package", "die", "numa")
+LEVELS = ("system", "package", "die", "numa", "l3cache")
 
 
 @attrs.frozen
@@ -48,27 +53,58 @@ def build_pools(system: System) -> list[Pool]:
 def _socket_shape(system: System, package: int) -> _Shape:
     cpus = system.package_cpus(package)
     dies = system.dies(package)
-    if len(dies) > 1:
-        children = tuple(
-            _Shape(
-                f"die #{package}/{d}",
-                "die",
-                system.die_cpus(package, d),
-                _numa_shapes(system, system.die_cpus(package, d)),
-            )
-            for d in dies
-        )
+    name = f"socket #{package}"
+    l3 = _l3_caches(system, package)
+    if len(dies) > 1 and not _dies_are_clusters(system, package, dies):
+        children = tuple(_die_shape(system, package, d, l3) for d in dies)
     else:
-        children = _numa_shapes(system, cpus)
-    return _Shape(f"socket #{package}", "package", cpus, children)
+        children = _numa_shapes(system, cpus, l3) or _l3_shapes(name, cpus, l3)
+    return _Shape(name, "package", cpus, children)
 
 
-def _numa_shapes(system: System, cpus: CpuSet) -> tuple[_Shape, ...]:
+def _die_shape(system: System, package: int, die: int, l3: list[tuple[int, CpuSet]]) -> _Shape:
+    name = f"die #{package}/{die}"
+    cpus = system.die_cpus(package, die)
+    children = _numa_shapes(system, cpus, l3) or _l3_shapes(name, cpus, l3)
+    return _Shape(name, "die", cpus, children)
+
+
+def _numa_shapes(system: System, cpus: CpuSet, l3: list[tuple[int, CpuSet]]) -> tuple[_Shape, ...]:
     # A CPU-ful node without memory is skipped: its CPUs stay with the parent only.
     nodes = [n for n in system.nodes_of(cpus) if system.nodes[n].memory > 0]
     if len(nodes) < 2:
         return ()
-    return tuple(_Shape(f"NUMA node #{n}", "numa", system.nodes[n].cpus & cpus) for n in nodes)
+    shapes = []
+    for n in nodes:
+        name, node_cpus = f"NUMA node #{n}", system.nodes[n].cpus & cpus
+        shapes.append(_Shape(name, "numa", node_cpus, _l3_shapes(name, node_cpus, l3)))
+    return tuple(shapes)
+
+
+def _l3_caches(system: System, package: int) -> list[tuple[int, CpuSet]]:
+    """(id, CPUs) of the package's L3 caches, by id; each CPU's first L3 cache counts."""
+    found: dict[int, CpuSet] = {}
+    for cpu in system.package_cpus(package):
+        for cache in system.details.caches.get(cpu, ()):
+            if cache.level == 3:
+                found.setdefault(cache.id, cache.cpus)
+                break
+    return sorted(found.items())
+
+
+def _l3_shapes(parent: str, cpus: CpuSet, l3: list[tuple[int, CpuSet]]) -> tuple[_Shape, ...]:
+    inside = [(i, c) for i, c in l3 if c.issubset(cpus)]
+    if len(inside) < 2:
+        return ()
+    return tuple(_Shape(f"{parent}/L3 cache #{i}", "l3cache", c) for i, c in inside)
+
+
+def _dies_are_clusters(system: System, package: int, dies: list[int]) -> bool:
+    clusters = system.details.cluster
+    cpus = system.package_cpus(package)
+    if not all(c in clusters for c in cpus):
+        return False  # unknown clusters: keep the dies (upstream would take them as one)
+    return all(len({clusters[c] for c in system.die_cpus(package, d)}) <= 1 for d in dies)
 
 
 def _number(

@@ -10,7 +10,9 @@ import attrs
 from nri_resmgr.config.models import TopologyAwareSpec
 from nri_resmgr.resmgr.annotations import lookup, lookup_bool
 from nri_resmgr.resmgr.cache import Kind
+from nri_resmgr.resmgr.cpuallocator import Priority
 from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import cpu_priority, isolation
 from nri_resmgr.resmgr.requests import QoS, Request
 
 KUBE_SYSTEM = "kube-system"
@@ -30,6 +32,10 @@ class Want:
     """mCPU CPU limit of a limited Burstable container (pools covering it are preferred)."""
     burst_level: str | None = None
     """The unlimited-burstable annotation (a topology level), unresolved; None: the config's."""
+    prio: Priority = Priority.NONE
+    """Preferred CPU priority of exclusive CPUs (``prefer-cpu-priority``)."""
+    require_isolated: bool = False
+    """``require-isolated-cpus`` is the effective isolation annotation: fail without them."""
 
     @property
     def shared_part(self) -> int:
@@ -61,13 +67,18 @@ def wanted(
         )
     if req.qos is QoS.BESTEFFORT:
         return Want(Kind.SHARED, request=0)
-    return _guaranteed(pod, container, r, spec)
+    want = _guaranteed(pod, container, r, spec)
+    if not want.exclusive:
+        return want
+    return attrs.evolve(
+        want, prio=cpu_priority(pod, container), require_isolated=isolation(pod, container).strict
+    )
 
 
 def _guaranteed(pod: Pod, container: Container, r: int, spec: TopologyAwareSpec) -> Want:
     cores, frac = divmod(r, 1000)
     shared_annotation = lookup_bool(pod, container, "prefer-shared-cpus")
-    isolated_annotation = lookup_bool(pod, container, "prefer-isolated-cpus")
+    isolated_annotation = isolation(pod, container).value  # prefer- or require-isolated-cpus
     prefer_shared = spec.prefer_shared_cpus if shared_annotation is None else shared_annotation
     prefer_isolated = (
         spec.prefer_isolated_cpus if isolated_annotation is None else isolated_annotation

@@ -1,0 +1,60 @@
+"""Builds ``goalloc`` (``goalloc/main.go``): nri-plugins' own ``pkg/cpuallocator`` behind a
+line-per-request JSON interface, the reference our allocator is compared with.
+
+It is built in the peer cache, in a main module whose go.mod is the one the topology-aware
+peer build (``tests/bench/gopeer.py``) generates from the published release, so it links
+exactly that release's allocator and sysfs discovery. Nothing of it lands in the repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from tests.bench.gopeer import ensure_go_topology_aware
+from tests.conformance.build import _run_go, cache_dir, go_tool
+
+BINARY = "nri-resmgr-goalloc"
+SOURCE = Path(__file__).parent / "goalloc" / "main.go"
+
+
+def ensure_goalloc() -> Path:
+    """The goalloc binary, rebuilt when its source or the generated go.mod changed."""
+    ensure_go_topology_aware()  # writes the release's go.mod/go.sum we build against
+    go = go_tool()
+    peer = cache_dir() / "build" / "nri-plugins-topology-aware"
+    workdir = cache_dir() / "build" / "goalloc"
+    (workdir / "cmd/goalloc").mkdir(parents=True, exist_ok=True)
+    gomod = re.sub(
+        r"(?m)^module .*$", "module nri-resmgr.local/goalloc", (peer / "go.mod").read_text()
+    )
+    source = SOURCE.read_text()
+    out = cache_dir() / "bin" / BINARY
+    stamp = out.with_name(out.name + ".sha256")
+    digest = hashlib.sha256((_run_go(go, workdir, "version") + gomod + source).encode())
+    if out.exists() and stamp.exists() and stamp.read_text().strip() == digest.hexdigest():
+        return out
+    (workdir / "go.mod").write_text(gomod)
+    (workdir / "go.sum").write_bytes((peer / "go.sum").read_bytes())
+    (workdir / "cmd/goalloc/main.go").write_text(source)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _run_go(go, workdir, "build", "-trimpath", "-o", str(out), "./cmd/goalloc")
+    stamp.write_text(digest.hexdigest() + "\n")
+    return out
+
+
+def go_allocate(
+    binary: Path, sysfs: Path, requests: list[dict[str, object]]
+) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """(discovered priorities, one answer per request) from the Go allocator."""
+    text = "".join(json.dumps(r) + "\n" for r in requests)
+    proc = subprocess.run(
+        [str(binary), str(sysfs)], input=text, capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"goalloc failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    return lines[0], lines[1:]
