@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from nri_resmgr.errors import ConfigError
 from tests.policies.topology_aware_e2e.scenario import Scenario, helm_config
 from tests.policies.topology_aware_e2e.topologies import N4C16
 
@@ -301,7 +302,7 @@ AVAIL05 = "cpuset:4-7,8-13"
 def test05_launch_fails(tmp_path: Path, reserved: str) -> None:
     # Reserved CPUs not within the available ones; more reserved than available CPUs.
     # (RESERVED_CPU='"11"' is the YAML string "11": eleven CPUs.)
-    with pytest.raises(Exception, match=r"reserved|available"):
+    with pytest.raises(ConfigError, match=r"spec.reservedResources.cpu: .*available"):
         run(tmp_path, RESERVED_CPU=reserved.strip('"'), AVAILABLE_CPU=AVAIL05)
 
 
