@@ -78,7 +78,7 @@ PROBE_VALUES = {
     "scheduling-class": "none", "cpu-class": "none", "irq-affinity": "false",
     "rdtclass": "none", "blockioclass": "none", "topologyhints": "true",
     "allow.topologyhints": "", "deny.topologyhints": "", "strict.topologyhints": "false",
-    "test.topologyhints": "", "affinity": "", "anti-affinity": "",
+    "test.topologyhints": "", "affinity": "g1c0: [ g1c1 ]", "anti-affinity": "g1c0: [ g1c2 ]",
     "noderesource.dev/resources": "",
 }  # fmt: skip
 
