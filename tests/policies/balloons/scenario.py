@@ -4,7 +4,6 @@ test's order, and each container's allowed CPUs read back as the runtime holds t
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,8 @@ from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.resmgr.policies.balloons.types import BalloonsError
 from nri_resmgr.resmgr.policy import PolicyEnv
-from tests.policies.balloons.simulated import SimulatedRuntime
+from tests.policies.replay.helm import disjoint, helm_merge, milli
+from tests.policies.replay.simulated import SimulatedRuntime
 from tests.policies.workload import Runtime, container, pod
 from tests.sysfs.fakesys import N4C16, Layout, write_sysfs
 
@@ -60,20 +60,7 @@ CHART_DEFAULTS: dict[str, Any] = {
 SIMULATED = False
 """Set by the simulated-runtime replay (conftest) for the duration of a test."""
 OPEN: list[SimulatedRuntime] = []
-
-
-def helm_merge(base: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(dict(base))
-    for k, v in values.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
-            out[k] = helm_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
-
-
-def milli(q: str) -> int:
-    return int(q[:-1]) if q.endswith("m") else int(float(q) * 1000)
+__all__ = ["CHART_DEFAULTS", "Scenario", "disjoint", "helm_merge", "milli"]
 
 
 class Scenario:
@@ -94,7 +81,7 @@ class Scenario:
         if write:
             write_sysfs(tmp_path, layout)
         if SIMULATED:
-            self.runtime = SimulatedRuntime(self.policy, spec, str(tmp_path))
+            self.runtime = SimulatedRuntime(self.policy, spec, str(tmp_path), BalloonsError)
             OPEN.append(self.runtime)
         else:
             self.policy.setup(spec, PolicyEnv(host_root=str(tmp_path)))
@@ -144,11 +131,11 @@ class Scenario:
         """The kubeadm control-plane pods the e2e VM runs in kube-system (kubeadm's default
         CPU requests: apiserver 250m, controller-manager 200m, scheduler 100m, etcd 100m,
         two coredns 100m): they are in the reserved balloon before any test pod."""
-        for name, milli in (("kube-apiserver", 250), ("kube-controller-manager", 200),
+        for name, request in (("kube-apiserver", 250), ("kube-controller-manager", 200),
                             ("kube-scheduler", 100), ("etcd", 100), ("coredns-a", 100),
                             ("coredns-b", 100)):  # fmt: skip
             p = pod(name, "burstable", "kube-system")
-            self.runtime.create((p, container(p, name, milli, None)))
+            self.runtime.create((p, container(p, name, request, None)))
 
     def reconfigure(self, spec: Mapping[str, Any]) -> None:
         """A new configuration as a whole (a new CR, not merged with the chart's values)."""
@@ -194,12 +181,3 @@ class Scenario:
 
     def mems(self, name: str) -> str | None:
         return self.runtime.mems[self.by_name[name].id]
-
-
-def disjoint(*sets: CpuSet) -> bool:
-    seen: set[int] = set()
-    for s in sets:
-        if seen & set(s):
-            return False
-        seen |= set(s)
-    return True

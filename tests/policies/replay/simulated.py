@@ -1,6 +1,6 @@
 """The runtime side of a scenario through the project's NRI stack: the in-repo runtime
 simulator (``nri/simulator.py``) talks NRI over a unix socket to ``NriService``, whose
-``ResourceManager`` runs the balloons policy. Trio runs in a helper thread so the
+``ResourceManager`` runs the policy under test. Trio runs in a helper thread so the
 scenarios' steps stay plain calls."""
 
 from __future__ import annotations
@@ -31,11 +31,20 @@ GUARD = 120  # a hang guard only, for the whole replay
 class SimulatedRuntime:
     """Same interface as ``tests.policies.workload.Runtime``, over the simulator."""
 
-    def __init__(self, policy: Policy, spec: PolicySpec, host_root: str) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        spec: PolicySpec,
+        host_root: str,
+        refused: type[Exception] = RuntimeError,
+    ) -> None:
+        """``refused``: what ``create`` raises when the plugin fails the creation."""
         self.policy = policy
+        self.refused = refused
         self.pods: dict[str, Pod] = {}
         self.containers: dict[str, Container] = {}
         self._protos: dict[str, tuple[api.PodSandbox, api.Container]] = {}
+        self.stopped: set[str] = set()
         self._dir = tempfile.mkdtemp(prefix="nri-b-", dir="/tmp")
         self._ready = threading.Event()
         self._stop: trio.Event | None = None
@@ -88,19 +97,27 @@ class SimulatedRuntime:
         try:
             self._run(sim.create_container, pp, cp)
         except RpcError as e:
-            from nri_resmgr.resmgr.policies.balloons.types import BalloonsError
-
-            raise BalloonsError(f"runtime: container creation failed: {e}") from e
+            raise self.refused(f"runtime: container creation failed: {e}") from e
         self._run(sim.start_container, pp, cp)
         self.containers[c.id] = c
         self._protos[c.id] = (pp, cp)
         return c
 
+    def stop(self, c: Container) -> None:
+        """The container exits (kubelet keeps it, stopped)."""
+        sim = self.sim
+        assert sim is not None
+        pp, cp = self._protos[c.id]
+        self._run(sim.stop_container, pp, cp)
+        self.stopped.add(c.id)
+
     def remove(self, c: Container) -> None:
         sim = self.sim
         assert sim is not None
         pp, cp = self._protos.pop(c.id)
-        self._run(sim.stop_container, pp, cp)
+        if c.id not in self.stopped:
+            self._run(sim.stop_container, pp, cp)
+        self.stopped.discard(c.id)
         self._run(sim.remove_container, pp, cp)
         del self.containers[c.id]
 
@@ -114,8 +131,11 @@ class SimulatedRuntime:
 
     @property
     def cpus(self) -> dict[str, str | None]:
-        return {cid: self._cpu(cid).cpus or None for cid in self.containers}
+        return {cid: self._cpu(cid).cpus or None for cid in self._running()}
 
     @property
     def mems(self) -> dict[str, str | None]:
-        return {cid: self._cpu(cid).mems or None for cid in self.containers}
+        return {cid: self._cpu(cid).mems or None for cid in self._running()}
+
+    def _running(self) -> list[str]:
+        return [cid for cid in self.containers if cid not in self.stopped]
