@@ -21,7 +21,7 @@ import attrs
 
 from nri_resmgr._gen.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
 from nri_resmgr.dra.grpc_bridge import TrioGate
-from nri_resmgr.instrumentation.metrics import DRA_LATENCY, DRA_REQUESTS, observed
+from nri_resmgr.instrumentation.metrics import observed
 from nri_resmgr.resmgr.model import ClaimResult
 
 log = logging.getLogger(__name__)
@@ -59,11 +59,11 @@ class ClaimService:
         self.pool_name = pool_name
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
-        with observed(DRA_REQUESTS, DRA_LATENCY, "NodePrepareResources"):
+        with observed("dra", "NodePrepareResources"):
             return await self._answer("prepare", self.backend.prepare_claims, claims)
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
-        with observed(DRA_REQUESTS, DRA_LATENCY, "NodeUnprepareResources"):
+        with observed("dra", "NodeUnprepareResources"):
             return await self._answer("unprepare", self.backend.unprepare_claims, claims)
 
     async def _answer(
