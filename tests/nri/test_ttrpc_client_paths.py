@@ -15,7 +15,7 @@ import trio.testing
 from nri_resmgr._gen import ttrpc as envelope
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.nri.errors import Code, ConnectionLost, ProtocolError, RpcError
-from nri_resmgr.nri.ttrpc import TtrpcClient, TtrpcServer
+from nri_resmgr.nri.ttrpc import RawHandler, TtrpcClient, TtrpcServer, Writer
 from nri_resmgr.nri.ttrpc_codec import (
     MSG_REQUEST,
     MSG_RESPONSE,
@@ -186,3 +186,79 @@ async def test_an_error_status_is_raised_with_its_code_and_message() -> None:
         with pytest.raises(RpcError) as info:
             await client.call_raw("svc", "M", b"", None)
     assert (info.value.code, info.value.message) == (Code.NOT_FOUND, "no such pod")
+
+
+async def serve_one(handler: RawHandler, request: envelope.Request, stream_id: int = 1) -> Message:
+    """One raw request to a server with ``svc/M`` = ``handler``; its reply message."""
+    a, b = trio.testing.memory_stream_pair()
+    with trio.fail_after(GUARD):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(TtrpcServer(b, {"svc": {"M": handler}}).serve)
+            await a.send_all(encode_message(Message(stream_id, MSG_REQUEST, bytes(request))))
+            reply = await Peer(a).request()
+            nursery.cancel_scope.cancel()
+    return reply
+
+
+async def checkpointing(payload: bytes) -> bytes:
+    await trio.sleep(0)  # one checkpoint: a deadline already past cancels here
+    return b"done:" + payload
+
+
+def status_of(msg: Message) -> tuple[int, str]:
+    status = envelope.Response().parse(msg.data).status
+    return status.code, status.message
+
+
+async def test_the_server_enforces_the_requests_deadline_itself(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def slow(_: bytes) -> bytes:
+        await trio.sleep_forever()
+        return b""
+
+    request = envelope.Request(service="svc", method="M", timeout_nano=20_000_000)
+    reply = await serve_one(slow, request)
+    assert reply.stream_id == 1
+    assert status_of(reply) == (Code.DEADLINE_EXCEEDED, "deadline exceeded")
+    assert "svc/M: handler missed the caller's deadline" in caplog.messages
+
+
+@pytest.mark.parametrize("nanos", [0, 1_000_000_000])
+async def test_no_deadline_or_a_distant_one_lets_the_handler_finish(nanos: int) -> None:
+    request = envelope.Request(service="svc", method="M", payload=b"p", timeout_nano=nanos)
+    reply = await serve_one(checkpointing, request)
+    response = envelope.Response().parse(reply.data)
+    assert (response.status.code, response.payload) == (Code.OK, b"done:p")
+
+
+async def test_a_one_nanosecond_deadline_is_a_deadline() -> None:
+    request = envelope.Request(service="svc", method="M", timeout_nano=1)
+    reply = await serve_one(checkpointing, request)
+    assert status_of(reply)[0] == Code.DEADLINE_EXCEEDED
+
+
+async def test_an_even_stream_id_is_refused_with_the_reason() -> None:
+    reply = await serve_one(checkpointing, envelope.Request(service="svc", method="M"), 2)
+    assert status_of(reply) == (
+        Code.INVALID_ARGUMENT,
+        "StreamID must be odd for client initiated streams (got 2)",
+    )
+
+
+async def test_a_failing_handler_is_logged_with_its_service_and_method(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def fails(_: bytes) -> bytes:
+        raise ValueError("broken")
+
+    reply = await serve_one(fails, envelope.Request(service="svc", method="M"))
+    assert status_of(reply) == (Code.UNKNOWN, "broken")
+    assert "svc/M failed" in caplog.messages
+
+
+async def test_a_write_to_a_closed_stream_is_a_lost_connection() -> None:
+    a, _b = trio.testing.memory_stream_pair()
+    await a.aclose()
+    with pytest.raises(ConnectionLost, match=r"^ttrpc write failed: "):
+        await Writer(a).write(Message(1, MSG_REQUEST, b""))
