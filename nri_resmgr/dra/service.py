@@ -21,7 +21,7 @@ import attrs
 
 from nri_resmgr._gen.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
 from nri_resmgr.dra.grpc_bridge import TrioGate
-from nri_resmgr.instrumentation.metrics import DRA_LATENCY, DRA_REQUESTS, observed
+from nri_resmgr.instrumentation.metrics import observed
 from nri_resmgr.resmgr.model import ClaimResult
 
 log = logging.getLogger(__name__)
@@ -85,13 +85,13 @@ class ClaimService:
         through it; otherwise the policy answers by UID (``backend``)."""
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
-        with observed(DRA_REQUESTS, DRA_LATENCY, "NodePrepareResources"):
+        with observed("dra", "NodePrepareResources"):
             if self.handler is not None:
                 return await self._answer("prepare", self.handler.prepare, claims)
             return await self._answer("prepare", self._by_uid("prepare"), claims)
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
-        with observed(DRA_REQUESTS, DRA_LATENCY, "NodeUnprepareResources"):
+        with observed("dra", "NodeUnprepareResources"):
             if self.handler is not None:
                 return await self._answer("unprepare", self.handler.unprepare, claims)
             return await self._answer("unprepare", self._by_uid("unprepare"), claims)

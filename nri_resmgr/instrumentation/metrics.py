@@ -1,10 +1,16 @@
-"""The Prometheus registry and the daemon's instruments.
+"""The daemon's instruments, switched on when metrics are exported.
 
 Request instruments wrap the NRI handler table and the DRA claim calls in one place each, so
-no handler carries metrics code. Policy gauges are collected at scrape time from the active
-policy's ``gauges()`` (on the trio thread, so they see a state no request is half-way
-through). ``CHANGES`` is signalled after every request and reconfiguration, for exporters
-that follow the policy's state (the NodeResourceTopology exporter).
+no handler carries metrics code. Until ``enable`` runs (at start or at a reconfiguration
+that turns ``instrumentation.prometheusExport`` on) nothing is counted and
+``prometheus_client`` is not even imported (``prom.py`` holds the registry): a daemon that
+exports no metrics pays neither the import at start nor the counting per request. Counters
+therefore start at the moment export is switched on, as they do at a restart.
+
+Policy gauges are collected at scrape time from the active policy's ``gauges()`` (on the
+trio thread, so they see a state no request is half-way through). ``CHANGES`` is signalled
+after every request and reconfiguration, exported or not, for exporters that follow the
+policy's state (the NodeResourceTopology exporter).
 """
 
 from __future__ import annotations
@@ -12,56 +18,14 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import trio
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-)
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from prometheus_client.metrics_core import Metric
-
+    from nri_resmgr.instrumentation import prom
     from nri_resmgr.resmgr.policy import Policy
-
-# No *_created series: a daemon restart resets every counter anyway, and they double the
-# size of each scrape.
-disable_created_metrics()  # type: ignore[no-untyped-call]
-REGISTRY = CollectorRegistry(auto_describe=True)
-
-# Sub-millisecond to the NRI request timeout (2 s by default): where our latencies fall.
-_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
-
-NRI_REQUESTS = Counter(
-    "nri_resmgr_nri_requests", "NRI requests handled, by method and outcome.",
-    ["method", "outcome"], registry=REGISTRY,
-)  # fmt: skip
-NRI_LATENCY = Histogram(
-    "nri_resmgr_nri_request_duration_seconds", "Time to answer an NRI request, by method.",
-    ["method"], buckets=_BUCKETS, registry=REGISTRY,
-)  # fmt: skip
-DRA_REQUESTS = Counter(
-    "nri_resmgr_dra_requests", "DRA kubelet-plugin calls handled, by method and outcome.",
-    ["method", "outcome"], registry=REGISTRY,
-)  # fmt: skip
-DRA_LATENCY = Histogram(
-    "nri_resmgr_dra_request_duration_seconds", "Time to answer a DRA call, by method.",
-    ["method"], buckets=_BUCKETS, registry=REGISTRY,
-)  # fmt: skip
-CONFIG_RELOADS = Counter(
-    "nri_resmgr_config_reloads", "Reconfigurations, by outcome (applied or refused).",
-    ["outcome"], registry=REGISTRY,
-)  # fmt: skip
-CONFIG_GENERATION = Gauge(
-    "nri_resmgr_config_generation", "metadata.generation of the configuration CR in force.",
-    registry=REGISTRY,
-)  # fmt: skip
 
 
 class ChangeSignal:
@@ -80,19 +44,53 @@ class ChangeSignal:
 
 CHANGES = ChangeSignal()
 
+_prom: ModuleType | None = None
+"""``nri_resmgr.instrumentation.prom`` once enabled; None: nothing is counted."""
+_follow: dict[str, Any] = {}
+"""What ``follow`` was given before ``enable``: applied to the gauges when they exist."""
 
-class _Instruments:
-    """One method's children, looked up once: a labels() call costs a lock and a dict walk,
-    which would be most of the price of counting a request."""
 
-    def __init__(self, counter: Counter, histogram: Histogram, method: str) -> None:
-        self.ok = counter.labels(method, "ok")
-        self.error = counter.labels(method, "error")
-        self.latency = histogram.labels(method)
+def enable() -> ModuleType:
+    """Import the registry and instruments (once) and start counting; returns ``prom``."""
+    global _prom
+    if _prom is None:
+        from nri_resmgr.instrumentation import prom as module
+
+        if "policy" in _follow:
+            module.POLICY.follow(_follow["policy"])
+        if "generation" in _follow:
+            module.CONFIG_GENERATION.set_function(_follow["generation"])
+        _prom = module
+    return _prom
+
+
+def enabled() -> bool:
+    return _prom is not None
+
+
+def follow(policy: Callable[[], Policy | None], generation: Callable[[], int]) -> None:
+    """Point the policy gauges and the config-generation gauge at the daemon's state."""
+    _follow.update(policy=policy, generation=generation)
+    if _prom is not None:
+        _prom.POLICY.follow(policy)
+        _prom.CONFIG_GENERATION.set_function(generation)
+
+
+def count_reload(outcome: str) -> None:
+    """One reconfiguration, ``applied`` or ``refused``."""
+    if _prom is not None:
+        _prom.CONFIG_RELOADS.labels(outcome).inc()
 
 
 @contextmanager
-def _timed(instruments: _Instruments) -> Iterator[None]:
+def _timed(kind: str, method: str) -> Iterator[None]:
+    if _prom is None:
+        try:
+            yield
+        finally:
+            CHANGES.notify()
+        return
+    instruments: prom.Instruments = _prom.Instruments(kind, method)
     start = time.perf_counter()
     ok = False
     try:
@@ -104,9 +102,10 @@ def _timed(instruments: _Instruments) -> Iterator[None]:
         CHANGES.notify()
 
 
-def observed(counter: Counter, histogram: Histogram, method: str) -> AbstractContextManager[None]:
-    """Counts and times one request; the outcome is 'error' when it raises."""
-    return _timed(_Instruments(counter, histogram, method))
+def observed(kind: str, method: str) -> AbstractContextManager[None]:
+    """Counts and times one request (``kind`` ``nri`` or ``dra``); the outcome is 'error'
+    when it raises."""
+    return _timed(kind, method)
 
 
 RawHandler = Callable[[bytes], Awaitable[bytes]]
@@ -116,9 +115,17 @@ def observe_nri_handlers(methods: dict[str, RawHandler]) -> dict[str, RawHandler
     """The NRI handler table with every method counted and timed under its NRI name."""
 
     def wrap(name: str, handler: RawHandler) -> RawHandler:
-        i = _Instruments(NRI_REQUESTS, NRI_LATENCY, name)
+        children: list[prom.Instruments] = []  # looked up once, on the first counted call
 
         async def call(payload: bytes) -> bytes:
+            if _prom is None:
+                try:
+                    return await handler(payload)
+                finally:
+                    CHANGES.notify()
+            if not children:
+                children.append(_prom.Instruments("nri", name))
+            i = children[0]
             # _timed spelled out: on the NRI path a generator context manager costs more
             # than the counting itself.
             start = time.perf_counter()
@@ -138,49 +145,26 @@ def observe_nri_handlers(methods: dict[str, RawHandler]) -> dict[str, RawHandler
     return {name: wrap(name, h) for name, h in methods.items()}
 
 
-class PolicyCollector(Collector):
-    """Collects the active policy's gauges at scrape time (upstream: the policy meters).
-
-    One instance, registered at import: ``follow`` points it at the daemon's policy (or at
-    nothing when ``metrics.enabled`` leaves the policy group out).
-    """
-
-    def __init__(self) -> None:
-        self._policy: Callable[[], Policy | None] = lambda: None
-
-    def follow(self, policy: Callable[[], Policy | None]) -> None:
-        self._policy = policy
-
-    def collect(self) -> Iterator[Metric]:
-        policy = self._policy()
-        if policy is None:
-            return
-        families: dict[str, GaugeMetricFamily] = {}
-        for g in policy.gauges():
-            family = families.get(g.name)
-            if family is None:
-                labels = [k for k, _ in g.labels]
-                family = families[g.name] = GaugeMetricFamily(g.name, g.help, labels=labels)
-            family.add_metric([v for _, v in g.labels], g.value)
-        yield from families.values()
+_PROM_NAMES = frozenset(
+    {"CONFIG_GENERATION", "CONFIG_RELOADS", "DRA_LATENCY", "DRA_REQUESTS", "NRI_LATENCY",
+     "NRI_REQUESTS", "POLICY", "REGISTRY"}
+)  # fmt: skip
 
 
-POLICY = PolicyCollector()
-REGISTRY.register(POLICY)
+def __getattr__(name: str) -> Any:
+    """The registry and instruments by their old names here; asking for one enables them."""
+    if name in _PROM_NAMES:
+        return getattr(enable(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
     "CHANGES",
-    "CONFIG_GENERATION",
-    "CONFIG_RELOADS",
-    "DRA_LATENCY",
-    "DRA_REQUESTS",
-    "NRI_LATENCY",
-    "NRI_REQUESTS",
-    "POLICY",
-    "REGISTRY",
     "ChangeSignal",
-    "PolicyCollector",
+    "count_reload",
+    "enable",
+    "enabled",
+    "follow",
     "observe_nri_handlers",
     "observed",
 ]

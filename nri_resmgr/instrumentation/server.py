@@ -19,14 +19,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import trio
-from prometheus_client.exposition import choose_encoder
 
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.config.models import PolicySpec
 from nri_resmgr.errors import ConfigError
+from nri_resmgr.instrumentation import metrics
 from nri_resmgr.instrumentation.endpoint import Endpoint, bind, parse_endpoint
 from nri_resmgr.instrumentation.health import READINESS, Readiness
-from nri_resmgr.instrumentation.metrics import REGISTRY
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIFramework
@@ -191,9 +190,11 @@ class HttpService:
         if path == "/metrics":
             if not self._spec().instrumentation.prometheus_export:
                 return 404, text, b"metrics not exported: instrumentation.prometheusExport is off\n"
-            accept = _header(scope, b"accept")
-            encoder, content_type = choose_encoder(accept)
-            return 200, [(b"content-type", content_type.encode())], encoder(REGISTRY)
+            from prometheus_client.exposition import choose_encoder
+
+            encoder, content_type = choose_encoder(_header(scope, b"accept"))
+            registry = metrics.enable().REGISTRY  # enabled already with prometheusExport on
+            return 200, [(b"content-type", content_type.encode())], encoder(registry)
         return 404, text, b"not found; try /metrics, /healthz or /readyz\n"
 
 

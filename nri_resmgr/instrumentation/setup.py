@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 from nri_resmgr import log as logconfig
 from nri_resmgr.config.models import InstrumentationConfig, PolicySpec
+from nri_resmgr.instrumentation import metrics
 from nri_resmgr.instrumentation.health import READINESS
-from nri_resmgr.instrumentation.metrics import CHANGES, CONFIG_GENERATION, POLICY
+from nri_resmgr.instrumentation.metrics import CHANGES
 from nri_resmgr.instrumentation.server import HttpService
 from nri_resmgr.resmgr.exports import TopologyZone
 
@@ -61,6 +62,16 @@ def _log_hook(spec: PolicySpec) -> Callable[[bool], None]:
     return finish
 
 
+def _metrics_hook(spec: PolicySpec) -> Callable[[bool], None]:
+    """Counting starts when a configuration turning prometheusExport on is applied."""
+
+    def finish(applied: bool) -> None:
+        if applied and spec.instrumentation.prometheus_export:
+            metrics.enable()
+
+    return finish
+
+
 class ManagerSource:
     """The NodeResourceTopology exporter's view of the resource manager."""
 
@@ -96,8 +107,10 @@ def instrumentation_services(
         enabled = manager.spec.instrumentation.metrics.enabled
         return manager.policy if "policy" in enabled or "*" in enabled else None
 
-    POLICY.follow(policy)
-    CONFIG_GENERATION.set_function(generation)
+    metrics.follow(policy, generation)
+    if spec.instrumentation.prometheus_export:
+        metrics.enable()
+    manager.reconfigure_hooks.append(_metrics_hook)
     http = HttpService(lambda: manager.spec)
     manager.reconfigure_hooks.append(http.prepare)
     services: list[Service] = [http]

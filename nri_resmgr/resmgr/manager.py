@@ -16,7 +16,7 @@ import trio
 
 from nri_resmgr.config.models import PolicySpec
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.instrumentation.metrics import CHANGES, CONFIG_RELOADS
+from nri_resmgr.instrumentation.metrics import CHANGES, count_reload
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import (
     Adjustment,
@@ -42,9 +42,9 @@ def _counted_reload() -> Iterator[None]:
     try:
         yield
     except ConfigError:
-        CONFIG_RELOADS.labels("refused").inc()
+        count_reload("refused")
         raise
-    CONFIG_RELOADS.labels("applied").inc()
+    count_reload("applied")
     CHANGES.notify()
 
 

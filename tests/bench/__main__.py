@@ -12,13 +12,13 @@ from typing import Any
 
 import trio
 
-from tests.bench import extras, report
+from tests.bench import containerd_lane, extras, report
 from tests.bench.contenders import Contender
 from tests.bench.gopeer import ensure_go_topology_aware
 from tests.bench.nri_phases import LatencyPlan, latency_phase, sync_phase
 from tests.conformance.build import GOPLUGIN, HARNESS_V012, BuildError, ensure_binary
 
-PARTS = ("nri", "sync", "policy", "dra", "profile")
+PARTS = ("nri", "containerd", "sync", "policy", "dra", "profile")
 SYNC_CONTAINERS = 1000
 
 
@@ -58,6 +58,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if "nri" not in args.skip:
             results["nri"] = await latency_phase(lanes, harness, workdir / "nri", plan)
             report.write_json(results, args.out)  # what took longest is kept, come what may
+        if "containerd" not in args.skip:
+            cplan = (
+                containerd_lane.Plan(rounds=2, batch=5) if args.quick else containerd_lane.Plan()
+            )
+            try:
+                results["containerd"] = await trio.to_thread.run_sync(
+                    containerd_lane.containerd_phase, lanes, cplan
+                )
+            except Exception as exc:  # no root or no cgroup v1 here: the other parts still run
+                traceback.print_exc()
+                results["containerd"] = extras.unavailable(exc)
         if "sync" not in args.skip:
             repeats = 1 if args.quick else 2
             results["sync"] = await sync_phase(

@@ -143,7 +143,33 @@ def _latency_rows(by_level: dict[str, Any], title: str) -> Iterator[str]:
             yield cells
 
 
+def _containerd_rows(lane: dict[str, Any]) -> Iterator[str]:
+    """The containerd lane: CRI round trips, each contender against none and the Go stub."""
+    if "unavailable" in lane:
+        yield ""
+        yield f"containerd lane: unavailable: {lane['unavailable']}"
+        return
+    for op, by_level in lane.items():
+        yield ""
+        yield f"containerd v2.2.9 CRI {op.capitalize()}Container round trip (grpcio client), in µs:"
+        yield (
+            "| live | plugin | n | median | p99 | max "
+            "| ÷ none (median/p99) | ÷ gostub (median/p99) |"
+        )
+        yield "|---:|---|---:|---:|---:|---:|---:|---:|"
+        for level, rows in by_level.items():
+            for name, s in rows.items():
+                cells = [f"{v[0]} / {v[1]}" if v else "" for v in (
+                    s.get("vs none"), s.get("vs gostub/fixed-cpus"))]  # fmt: skip
+                yield (
+                    f"| {level} | {name} | {s['n']} | {_fmt(s['median_us'])} | "
+                    f"{_fmt(s['p99_us'])} | {_fmt(s['max_us'])} | {cells[0]} | {cells[1]} |"
+                )
+
+
 def _extra_rows(r: dict[str, Any]) -> Iterator[str]:
+    if r.get("containerd"):
+        yield from _containerd_rows(r["containerd"])
     policy = r.get("policy") or {}
     if policy:
         yield ""
