@@ -16,6 +16,12 @@ from nri_resmgr.resmgr.cache import Allocation, AllocationCache, Kind, PoolLoad,
 from nri_resmgr.resmgr.cpualloc import PlacementError, pick_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
+from nri_resmgr.resmgr.policies.topology_aware.memory import (
+    MemoryAllocator,
+    MemoryWant,
+    memory_key,
+    memory_want,
+)
 from nri_resmgr.resmgr.policies.topology_aware.pools import LEVELS, Pool, ancestors, subtree
 from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
 from nri_resmgr.resmgr.requests import milli_cpu_to_shares
@@ -68,6 +74,7 @@ class Engine:
             sorted(self.subtrees[p.index][1:], key=lambda i: -pools[i].depth) for p in pools
         ]
         self.cache = AllocationCache()
+        self.memory = MemoryAllocator(system)
         # The shared cpusets every cached allocation was last brought in line with; None when
         # allocations were stored from outside (restore) and must all be checked again.
         self._settled: list[CpuSet] | None = None
@@ -178,7 +185,9 @@ class Engine:
         usable = [lv for lv in existing if LEVELS.index(lv) <= target] or existing[:1]
         return [p.index for p in self.pools if p.level == usable[-1]]
 
-    def choose(self, want: Want, hint: str | None = None) -> Candidate | None:
+    def choose(
+        self, want: Want, hint: str | None = None, memory: MemoryWant | None = None
+    ) -> Candidate | None:
         taken = self.cache.exclusive_cpus()
         usage = self._usage()
         if hint is not None and hint in self.index:
@@ -192,10 +201,11 @@ class Engine:
         if not fits:
             return None
 
-        def score(c: Candidate) -> tuple[int, int, int, int, int]:
+        def score(c: Candidate) -> tuple[int, ...]:
             count = self._subtree_load(c.pool, usage).containers
             depth = self.pools[c.pool].depth
-            return (int(c.isolated and want.isolated), depth, c.capacity, -count, -c.pool)
+            mem = memory_key(self.memory, self.pools[c.pool].mems, memory)
+            return (int(c.isolated and want.isolated), *mem, depth, c.capacity, -count, -c.pool)
 
         return max(fits, key=score)
 
@@ -225,9 +235,12 @@ class Engine:
             pod=pod,
             container=container,
         )
+        memory = None
+        if pod is not None and container is not None:
+            memory = memory_want(pod, container, self.memory.available)
         if want.kind in (Kind.RESERVED, Kind.PRESERVE):
-            return self._store(base)
-        candidate = self.choose(want, hint)
+            return self._place_memory(self._store(base), memory)
+        candidate = self.choose(want, hint, memory)
         if candidate is None and want.exclusive:
             log.warning(
                 "%s: cannot give %d exclusive CPUs (%d mCPU requested); using shared CPUs",
@@ -237,7 +250,7 @@ class Engine:
             )
             want = Want(Kind.SHARED, request=want.request)
             base = attrs.evolve(base, kind=Kind.SHARED)
-            candidate = self.choose(want, hint)
+            candidate = self.choose(want, hint, memory)
         if candidate is None:
             pool = self._roomiest_pool()
             if not self.shared_cpus(pool.index):
@@ -246,14 +259,23 @@ class Engine:
                     f"allowed CPU is reserved, isolated or exclusive)"
                 )
             log.warning("%s: shared CPUs over-committed; placing in %s", name, pool.name)
-            return self._store(attrs.evolve(base, pool=pool.name))
+            return self._place_memory(self._store(attrs.evolve(base, pool=pool.name)), memory)
         pool = self.pools[candidate.pool]
         exclusive = CpuSet()
         if want.exclusive:
             exclusive = pick_cpus(self.system, candidate.source, want.exclusive)
-        return self._store(
-            attrs.evolve(base, pool=pool.name, exclusive=exclusive, isolated=candidate.isolated)
+        return self._place_memory(
+            self._store(
+                attrs.evolve(base, pool=pool.name, exclusive=exclusive, isolated=candidate.isolated)
+            ),
+            memory,
         )
+
+    def _place_memory(self, a: Allocation, memory: MemoryWant | None) -> Allocation:
+        pool = self.pools[self.index.get(a.pool, 0)]
+        if self.memory.place(a, pool.mems, memory):
+            self._settled = None  # other containers' memory zones moved
+        return a
 
     def _roomiest_pool(self) -> Pool:
         taken = self.cache.exclusive_cpus()
@@ -264,6 +286,7 @@ class Engine:
         return allocation
 
     def release(self, cid: str) -> Allocation | None:
+        self.memory.release(cid)
         return self.cache.pop(cid)
 
     # -- what the grants mean for the runtime ---------------------------------------------
@@ -283,8 +306,12 @@ class Engine:
             cpus = a.exclusive | self._shared_of(pool.index, taken, shared)
         else:
             cpus = self._shared_of(pool.index, taken, shared)
-        mems = None if (a.keep_mems or not self.spec.pin_memory) else pool.mems
+        mems = None if (a.keep_mems or not self.spec.pin_memory) else self._mems_of(a, pool)
         return (cpus if self.spec.pin_cpu else None), mems
+
+    def _mems_of(self, a: Allocation, pool: Pool) -> CpuSet:
+        """The container's memory zone; its pool's memory when it has none (unaccounted)."""
+        return self.memory.zone_of(a.container_id) or pool.mems
 
     def _shared_of(self, pool: int, taken: CpuSet | None, shared: list[CpuSet] | None) -> CpuSet:
         return shared[pool] if shared is not None else self.shared_cpus(pool, taken)
@@ -312,6 +339,7 @@ class Engine:
         """Allocations were stored with cpusets the engine did not choose (restore): the next
         ``refresh`` checks every container, not only after a change of the shared sets."""
         self._settled = None
+        self.memory.sync(self.cache, {p.name: p.mems for p in self.pools})
 
     def refresh(self, skip: str | None = None) -> list[Update]:
         """Updates for every container whose cpuset or mems no longer match its grant.
