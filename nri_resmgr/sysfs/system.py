@@ -121,6 +121,37 @@ class System:
                 mask |= n.memory_type
         return mask
 
+    def memory_of_types(self, cpus: CpuSet, types: MemoryType) -> CpuSet:
+        """The memory nodes of ``types`` for containers on ``cpus``: the nodes closest to the
+        CPUs, widened by the nearest node of each wanted type they lack, then narrowed to the
+        nodes of the wanted types (libmem's initial zone). Empty ``types``: closest_memory."""
+        zone = set(self.closest_memory(cpus))
+        if not types:
+            return CpuSet(zone)
+        have = MemoryType(0)
+        for n in zone:
+            have |= self.nodes[n].memory_type
+        for t in MemoryType:
+            if t & types and not t & have:
+                zone |= self._nearest_of_type(zone, t)
+        wanted = {n for n in zone if self.nodes[n].memory_type & types}
+        return CpuSet(wanted or zone)
+
+    def _nearest_of_type(self, zone: set[int], t: MemoryType) -> set[int]:
+        candidates = [
+            n
+            for n in self.nodes.values()
+            if n.memory > 0 and n.memory_type is t and n.id not in zone
+        ]
+        if not candidates or not zone:
+            return set()
+
+        def distance(n: NumaNode) -> int:
+            return min(self.nodes[z].distances.get(n.id, 255) for z in zone)
+
+        best = min(distance(n) for n in candidates)
+        return {n.id for n in candidates if distance(n) == best}
+
     def attached_cpu_nodes(self, node: int) -> CpuSet:
         """The CPU nodes a CPU-less memory node belongs with: the DRAM nodes with CPUs at
         the smallest distance from it (its own id for a node with CPUs)."""

@@ -36,7 +36,7 @@ from nri_resmgr.resmgr.policies.balloons.types import (
 from nri_resmgr.resmgr.policies.hardware import HardwarePolicy, reported_cpuset
 from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.resmgr.requests import container_request, milli_cpu_to_shares
-from nri_resmgr.sysfs import System
+from nri_resmgr.sysfs import MemoryType, System
 from nri_resmgr.sysfs.caches import shared_caches
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,7 @@ class BalloonsPolicy(HardwarePolicy):
             raise ConfigError(
                 f"spec: balloons needs a BalloonsPolicy spec, got {type(spec).__name__}"
             )
+        _check_memory_types(spec)
         types = balloon_types(spec)
         report(spec, NOT_APPLIED)
         allowed = allowed_cpus(self.system, spec.available_resources)
@@ -323,3 +324,12 @@ def _hide_hyperthreads(pod: Pod, c: Container, t: BalloonType) -> bool:
 
 def _with_applied(a: Allocation, cpus: CpuSet | None, mems: CpuSet | None) -> Allocation:
     return attrs.evolve(a, cpus=cpus, mems=mems)
+
+
+def _check_memory_types(spec: BalloonsSpec) -> None:
+    for i, t in enumerate(spec.balloon_types):
+        try:
+            if t.memory_types:
+                MemoryType.parse(",".join(t.memory_types))
+        except ValueError as e:
+            raise ConfigError(f"spec.balloonTypes[{i}].memoryTypes: {e}") from e

@@ -14,7 +14,7 @@ from nri_resmgr.resmgr.cache import Allocation, AllocationCache, follow
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Update
 from nri_resmgr.resmgr.policies.balloons import composite, cputree
-from nri_resmgr.sysfs import System
+from nri_resmgr.sysfs import MemoryType, System
 
 log = logging.getLogger(__name__)
 
@@ -365,7 +365,7 @@ class Balloons:
         if cid in self.no_ht:
             cpus = single_threads(self.system, cpus)
         pin_memory = self.spec.pin_memory if b.type.pin_memory is None else b.type.pin_memory
-        mems = self.system.closest_memory(b.cpus) if pin_memory and b.cpus else None
+        mems = balloon_mems(self.system, b) if pin_memory and b.cpus else None
         if cid in self.keep_mems and pin_memory:
             mems = current
         return (cpus if self.spec.pin_cpu else None), mems
@@ -392,3 +392,9 @@ class Balloons:
                 self.members.put(followed.applied)
                 updates.append(followed.update)
         return updates
+
+
+def balloon_mems(system: System, b: Balloon) -> CpuSet:
+    """A balloon's memory nodes: those closest to its CPUs, of its type's memoryTypes."""
+    types = MemoryType.parse(",".join(b.type.memory_types)) if b.type.memory_types else None
+    return system.memory_of_types(b.cpus, types or MemoryType(0))
