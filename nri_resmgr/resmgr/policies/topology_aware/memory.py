@@ -184,6 +184,10 @@ class MemoryAllocator:
                 if other != n.id and other in self._capacity:
                     rings[d] = rings.get(d, 0) | (1 << other)
             self._rings[n.id] = sorted(rings.items())
+        # Pure functions of the hardware, asked for on every decision: memoised.
+        self._masks: dict[CpuSet, int] = {}
+        self._types_of: dict[int, MemoryType] = {}
+        self._starts: dict[tuple[int, MemoryType], int] = {}
         self._requests: dict[str, _Request] = {}
         self._zones: dict[int, set[str]] = {}
         self._bytes: dict[int, int] = {}
@@ -202,13 +206,22 @@ class MemoryAllocator:
 
     def typed(self, mems: CpuSet, types: MemoryType) -> int:
         """The nodes of ``mems`` holding memory of ``types``."""
-        return _mask(n for n in mems if n in self._type and self._type[n] & types)
+        return self._mask_of(mems) & self.typed_mask(types)
 
     def zone_types(self, zone: int) -> MemoryType:
-        out = MemoryType(0)
-        for n in _bits(zone & self._all):
-            out |= self._type[n]
+        out = self._types_of.get(zone)
+        if out is None:
+            out = MemoryType(0)
+            for n in _bits(zone & self._all):
+                out |= self._type[n]
+            self._types_of[zone] = out
         return out
+
+    def _mask_of(self, mems: CpuSet) -> int:
+        mask = self._masks.get(mems)
+        if mask is None:
+            mask = self._masks[mems] = _mask(mems) & self._all
+        return mask
 
     def capacity(self, zone: int) -> int:
         return sum(self._capacity[n] for n in _bits(zone & self._all))
@@ -225,11 +238,13 @@ class MemoryAllocator:
     def offer(self, cid: str, mems: CpuSet, want: MemoryWant) -> Offer | None:
         """The allocation ``want`` would get starting from pool memory ``mems``; None when
         no zone can hold it. Nothing changes."""
-        if want.amount == 0:
-            # Nothing to fit: the zone is where the request starts.
-            types = self.zone_types(_mask(mems)) if want.preserve else want.types
-            zone = self._initial_zone(_mask(mems) & self._all, types)
-            return Offer(zone, {}, self.zone_types(zone)) if zone else None
+        types = self.zone_types(self._mask_of(mems)) if want.preserve else want.types
+        zone = self._initial_zone(self._mask_of(mems), types)
+        if not zone:
+            return None
+        if cid not in self._requests and self._fits(zone, want.amount):
+            # The common case: it fits where it starts and nothing has to move.
+            return Offer(zone, {}, self.zone_types(zone))
         old = self._requests.get(cid)
         self._journal = []
         try:
@@ -309,8 +324,8 @@ class MemoryAllocator:
     # -- the algorithm --------------------------------------------------------------------
 
     def _allocate(self, cid: str, mems: CpuSet, want: MemoryWant) -> _Request | None:
-        types = self.zone_types(_mask(mems)) if want.preserve else want.types
-        zone = self._initial_zone(_mask(mems) & self._all, types)
+        types = self.zone_types(self._mask_of(mems)) if want.preserve else want.types
+        zone = self._initial_zone(self._mask_of(mems), types)
         if not zone:
             return None
         self._created += 1
@@ -324,6 +339,13 @@ class MemoryAllocator:
     def _initial_zone(self, zone: int, types: MemoryType) -> int:
         """The pool's zone, widened to the closest nodes of missing types, then narrowed to
         the nodes of the wanted types when it has any."""
+        key = (zone, types)
+        start = self._starts.get(key)
+        if start is None:
+            start = self._starts[key] = self._widen_to_types(zone, types)
+        return start
+
+    def _widen_to_types(self, zone: int, types: MemoryType) -> int:
         missing = types & ~self.zone_types(zone)
         if missing and zone:
             zone |= self._expand(zone, missing)
@@ -331,7 +353,11 @@ class MemoryAllocator:
         return preferred or zone
 
     def typed_mask(self, types: MemoryType) -> int:
-        return _mask(n for n, t in self._type.items() if t & types)
+        out = 0
+        for t, mask in self._of_type.items():
+            if t & types:
+                out |= mask
+        return out
 
     def _expand(self, zone: int, types: MemoryType) -> int:
         """For each of ``types``: the nearest nodes of that type outside ``zone``."""
@@ -355,6 +381,15 @@ class MemoryAllocator:
                         close |= hit
                     break
         return close
+
+    def _fits(self, zone: int, amount: int) -> bool:
+        """Whether ``amount`` more bytes in ``zone`` overcommit no zone: only the zone and
+        the zones containing it hold more."""
+        if amount == 0:
+            return True
+        if self.free(zone) < amount:
+            return False
+        return all(self.free(z) >= amount for z in self._zones if z & zone == zone)
 
     def _overcommitted(self, nodes: int) -> list[tuple[int, int]]:
         """(zone, bytes over) for zones touching ``nodes``, most users first, subzones first."""
