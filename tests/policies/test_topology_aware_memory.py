@@ -349,3 +349,113 @@ def test_memory_beyond_the_machine_is_over_committed_with_a_warning(
     assert "morec0" not in engine.memory.zones()
     pool = engine.pools[engine.index[engine.cache.get("morec0").pool]]
     assert mems(rt, "morec0") == set(pool.mems)
+
+
+# -- upstream test02-fuzz-memallocs ----------------------------------------------------------
+
+# The inputs of upstream's fuzz.aal: name, containers, mCPU (request, limit), memory (bytes;
+# the limit), memory-type annotation, QoS, namespace.
+FUZZ_INPUTS = [
+    ("gu0", 1, 200, 200, 1500 * M, "", "guaranteed", "default"),
+    ("gu1", 2, 1000, 1000, 500 * M, "", "guaranteed", "default"),
+    ("gu1hbm", 2, 1000, 1000, 500 * M, "hbm", "guaranteed", "default"),
+    ("gu2", 2, 1200, 1200, 4500 * M, "", "guaranteed", "default"),
+    ("gu2pmem", 2, 1200, 1200, 4500 * M, "pmem", "guaranteed", "default"),
+    ("gu3", 3, 2000, 2000, 500 * M, "", "guaranteed", "default"),
+    ("gu3dram", 3, 2000, 2000, 500 * M, "dram", "guaranteed", "default"),
+    ("gu4", 1, 4200, 4200, 100 * M, "", "guaranteed", "default"),
+    ("bu0", 1, 900, 1200, 50 * M, "", "burstable", "default"),
+    ("bu0hbmpmem", 1, 900, 1200, 50 * M, "hbm,pmem", "burstable", "default"),
+    ("bu1", 2, 1800, 1900, 300 * M, "", "burstable", "default"),
+    ("bu1hbmdram", 2, 1800, 1900, 300 * M, "hbm,dram", "burstable", "default"),
+    ("be0", 1, 0, None, 0, "", "besteffort", "default"),
+    ("be1", 3, 0, None, 0, "", "besteffort", "default"),
+    ("rgu0", 2, 100, 100, 1000 * M, "", "guaranteed", "kube-system"),
+    ("rgu0pmem", 2, 100, 100, 1000 * M, "pmem", "guaranteed", "kube-system"),
+    ("rbu0", 1, 99, 100, 100 * M, "", "burstable", "kube-system"),
+    ("rbe0", 2, 0, None, 0, "", "besteffort", "kube-system"),
+]
+# generate.sh defaults: memory and (reserved) CPU available to the test pods.
+FUZZ_MAX_MEM, FUZZ_MAX_CPU, FUZZ_MAX_RESERVED = 11000 * M, 7000, 1000
+
+
+def _fuzz_pod(entry: tuple[object, ...]) -> tuple[Pod, list[Container]]:
+    name, count, request, limit, memory, mtype, qos, namespace = entry
+    assert isinstance(name, str) and isinstance(count, int) and isinstance(request, int)
+    assert isinstance(memory, int) and isinstance(mtype, str) and isinstance(qos, str)
+    assert isinstance(namespace, str) and (limit is None or isinstance(limit, int))
+    annotations = {f"memory-type.{P}/pod": mtype} if mtype else {}
+    p = pod(name, qos, namespace=namespace, annotations=annotations)
+    containers = [
+        Container(
+            id=f"{name}c{i}",
+            pod_id=p.id,
+            name=f"{name}c{i}",
+            state=ContainerState.RUNNING,
+            resources=resources(request, limit, memory or None),
+        )
+        for i in range(count)
+    ]
+    return p, containers
+
+
+def _check_memory(rt: Runtime, wanted: dict[str, MemoryType]) -> None:
+    """Every container has memory; an accounted one exactly its zone, holding memory of the
+    wanted types (a zone widened to resolve an overcommit may add others: upstream's requests
+    are preferences, not strict); no zone holds more than its nodes."""
+    engine = rt.policy.engine  # type: ignore[attr-defined]
+    alloc = engine.memory
+    system = engine.system
+    zones = alloc.zones()
+    for cid, types in wanted.items():
+        got = CpuSet.parse(rt.mems[cid] or "")
+        assert got, cid
+        if cid in zones:
+            assert got == zones[cid], (cid, got, zones[cid])
+            assert any(system.nodes[n].memory_type & types for n in got), (cid, got, types)
+    for zone in {z for z in zones.values()}:
+        mask = sum(1 << n for n in zone)
+        assert alloc.free(mask) >= 0, f"zone {zone} overcommitted"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_e2e_n6_hbm_cxl_test02_fuzz_memallocs(tmp_path: Path, seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    rt = Runtime(policy(tmp_path))
+    live: dict[str, tuple[tuple[object, ...], list[Container]]] = {}
+    wanted: dict[str, MemoryType] = {}
+    mem = cpu = reserved = 0
+    for _ in range(100):
+        entry = rng.choice(FUZZ_INPUTS)
+        name, count, request, _limit, memory, mtype, _qos, namespace = entry
+        assert isinstance(count, int) and isinstance(request, int) and isinstance(memory, int)
+        if name in live:
+            _, containers = live.pop(str(name))
+            for c in containers:
+                rt.remove(c)
+                wanted.pop(c.id)
+            mem -= memory * count
+            if namespace == "kube-system":
+                reserved -= request * count
+            else:
+                cpu -= request * count
+        else:
+            room = (
+                FUZZ_MAX_RESERVED - reserved if namespace == "kube-system" else FUZZ_MAX_CPU - cpu
+            )
+            if mem + memory * count >= FUZZ_MAX_MEM or request * count >= room:
+                continue
+            p, containers = _fuzz_pod(entry)
+            create(rt, p, containers)
+            live[str(name)] = (entry, containers)
+            types = MemoryType.parse(str(mtype)) if mtype else MemoryType.DRAM | MemoryType.PMEM
+            for c in containers:
+                wanted[c.id] = types
+            mem += memory * count
+            if namespace == "kube-system":
+                reserved += request * count
+            else:
+                cpu += request * count
+        _check_memory(rt, wanted)
