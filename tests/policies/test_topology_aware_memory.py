@@ -333,6 +333,21 @@ def test_restart_rebuilds_memory_zones(tmp_path: Path) -> None:
     assert sorted(str(z) for z in zones.values()) == ["4", "5"]
 
 
+def test_restart_keeps_a_spread_zone(tmp_path: Path) -> None:
+    rt = Runtime(policy(tmp_path))
+    key = f"memory-type.{P}/pod"
+    p, cs = make_pod("a", "guaranteed", 2, 100, 2816 * M, {key: "pmem"})
+    create(rt, p, cs)
+    p, cs = make_pod("b", "guaranteed", 1, 100, 2000 * M, {key: "pmem"})
+    create(rt, p, cs)
+    assert mems(rt, "bc0") == {PMEM0, PMEM1}
+    fresh = policy(tmp_path / "again")
+    pods, containers = rt.reported()
+    updates = fresh.synchronize(pods, containers)
+    assert [u for u in updates if u.adjustment.cpuset_mems] == []
+    assert str(fresh.engine.memory.zones()["bc0"]) == "4-5"
+
+
 def test_memory_beyond_the_machine_is_over_committed_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -459,3 +474,11 @@ def test_e2e_n6_hbm_cxl_test02_fuzz_memallocs(tmp_path: Path, seed: int) -> None
             else:
                 cpu += request * count
         _check_memory(rt, wanted)
+
+
+def test_e2e_n6_hbm_cxl_test04_nrt_memory_sets(tmp_path: Path) -> None:
+    # upstream test04-nrt's "memory set" zone attributes (its shared/reserved cpusets depend on
+    # the reserved-CPU choice of upstream's CPU allocator, replayed elsewhere).
+    p = policy(tmp_path)
+    memory_set = {z.name: dict(z.attributes)["memory set"] for z in p.topology_zones()}
+    assert memory_set == {"root": "0-5", "socket #0": "0,2,4", "socket #1": "1,3,5"}

@@ -304,9 +304,10 @@ class MemoryAllocator:
         return bool(moved)
 
     def sync(self, allocations: Iterable[Allocation], pool_mems: dict[str, CpuSet]) -> None:
-        """Rebuild from allocations stored from outside (restore): each in its pool's zone of
-        its types, in container-id order; a container that does not fit is left unaccounted.
-        Nothing changes when every allocation is already accounted (a failed update)."""
+        """Rebuild from allocations stored from outside (restore): each in the zone it holds
+        or its pool's zone of its types, in container-id order; a container that does not fit
+        is left unaccounted. Nothing changes when every allocation is already accounted (a
+        failed update)."""
         placed = sorted(
             (a for a in allocations if a.pod is not None and a.container is not None),
             key=lambda a: a.container_id,
@@ -318,8 +319,20 @@ class MemoryAllocator:
             if a.pod is None or a.container is None:
                 continue
             want = memory_want(a.pod, a.container, self.available)
-            if self.commit(a.container_id, pool_mems.get(a.pool, CpuSet()), want) is None:
+            start = self._restored_start(a.mems, pool_mems.get(a.pool, CpuSet()), want)
+            if self.commit(a.container_id, start, want) is None:
                 log.warning("%s: its memory fits no zone; not accounted", a.name)
+
+    def _restored_start(self, held: CpuSet | None, pool: CpuSet, want: MemoryWant) -> CpuSet:
+        """Where a restored container's memory starts: the zone it holds when that is its
+        pool's zone or a widening of it (spread before the restart), else its pool's."""
+        if held is None or want.preserve:
+            return pool
+        mask = self._mask_of(held)
+        start = self._initial_zone(self._mask_of(pool), want.types)
+        if mask != self._all and mask & start == start:
+            return held
+        return pool
 
     # -- the algorithm --------------------------------------------------------------------
 
