@@ -63,3 +63,21 @@ def test_an_unknown_memory_type_is_a_config_error(tmp_path: Path) -> None:
     t = BalloonType(name="mem", memory_types=("DRAM", "FLASH"))
     with pytest.raises(ConfigError, match=r"balloonTypes\[0\]\.memoryTypes: unknown memory type"):
         policy(tmp_path, t)
+
+
+def test_memory_type_annotation_overrides_the_balloon_types(tmp_path: Path) -> None:
+    t = BalloonType(name="mem", memory_types=("DRAM",), min_cpus=2, max_cpus=2)
+    rt = Runtime(policy(tmp_path, t))
+    plain_pod, plain = guaranteed("plain", 100, annotations={ANN: "mem"})
+    hbm_pod, hbm = guaranteed(
+        "hbm",
+        100,
+        annotations={ANN: "mem", "memory-type.resource-policy.nri.io/container.c0": "hbm"},
+    )
+    rt.create((plain_pod, plain))
+    rt.create((hbm_pod, hbm))
+    cpus, _ = rt.placement(hbm)
+    assert cpus is not None
+    on_node0 = CpuSet.parse(cpus).issubset(CpuSet(range(4)))
+    assert rt.placement(hbm)[1] == ("2" if on_node0 else "3")
+    assert rt.placement(plain)[1] in ("0", "1")

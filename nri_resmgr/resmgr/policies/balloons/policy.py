@@ -12,7 +12,7 @@ from nri_resmgr.config.expressions import evaluate, expand
 from nri_resmgr.config.models import BalloonsSpec, BalloonType, PolicySpec
 from nri_resmgr.config.notapplied import report
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.resmgr.annotations import lookup_bool
+from nri_resmgr.resmgr.annotations import lookup, lookup_bool
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.resmgr.cpualloc import PlacementError
@@ -247,6 +247,9 @@ class BalloonsPolicy(HardwarePolicy):
             state.no_ht.add(cid)
         if lookup_bool(live.pod, live.container, "memory.preserve") is True:
             state.keep_mems.add(cid)
+        types = _memory_type_annotation(live)
+        if types:
+            state.mem_types[cid] = types
 
     def _group(self, live: Live) -> str | None:
         if not live.type.group_by:
@@ -333,3 +336,16 @@ def _check_memory_types(spec: BalloonsSpec) -> None:
                 MemoryType.parse(",".join(t.memory_types))
         except ValueError as e:
             raise ConfigError(f"spec.balloonTypes[{i}].memoryTypes: {e}") from e
+
+
+def _memory_type_annotation(live: Live) -> MemoryType | None:
+    """The container's memory-type annotation (as upstream, it overrides the balloon's
+    memoryTypes); an unknown type is logged and ignored."""
+    value = lookup(live.pod, live.container, "memory-type")
+    if value is None or not value.strip():
+        return None
+    try:
+        return MemoryType.parse(value)
+    except ValueError as e:
+        log.error("%s: ignoring annotation memory-type: %s", live.name, e)
+        return None
