@@ -17,11 +17,11 @@ from nri_resmgr.resmgr.cpualloc import PlacementError, pick_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
 from nri_resmgr.resmgr.policies.topology_aware.memory import (
-    MemoryAllocator,
     MemoryWant,
     memory_key,
     memory_want,
 )
+from nri_resmgr.resmgr.policies.topology_aware.memzones import MemoryAllocator
 from nri_resmgr.resmgr.policies.topology_aware.pools import LEVELS, Pool, ancestors, subtree
 from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
 from nri_resmgr.resmgr.requests import milli_cpu_to_shares
