@@ -1,5 +1,5 @@
 """Hardware topology discovered from sysfs."""
 
-from nri_resmgr.sysfs.system import Cpu, NumaNode, SysfsError, System, discover
+from nri_resmgr.sysfs.system import Cpu, MemoryType, NumaNode, SysfsError, System, discover
 
-__all__ = ["Cpu", "NumaNode", "SysfsError", "System", "discover"]
+__all__ = ["Cpu", "MemoryType", "NumaNode", "SysfsError", "System", "discover"]

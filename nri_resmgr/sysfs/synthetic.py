@@ -5,6 +5,7 @@ Used by the tests and by `nri-resmgr demo` to show placement on machines we do n
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
@@ -12,6 +13,16 @@ import attrs
 from nri_resmgr.resmgr.cpuset import CpuSet
 
 GIB = 1 << 30
+
+
+@attrs.frozen
+class MemoryNode:
+    """A CPU-less NUMA node (HBM, PMEM, CXL memory), numbered after the CPU nodes."""
+
+    memory: int
+    distances: Mapping[int, int] = attrs.field(factory=dict)
+    """Distances to lower-numbered nodes (symmetric, as upstream's e2e ``node-dist``);
+    missing pairs are 21."""
 
 
 @attrs.frozen
@@ -31,6 +42,7 @@ class Layout:
     node_memory: int = 2 * GIB
     memoryless_nodes: tuple[int, ...] = ()
     cpu_ids: tuple[int, ...] = ()
+    memory_nodes: tuple[MemoryNode, ...] = ()
 
     @property
     def cpu_count(self) -> int:
@@ -46,12 +58,28 @@ SPARSE = Layout(
     packages=1, nodes_per_die=2, cores_per_node=2, threads=2, cpu_ids=(0, 1, 4, 5, 64, 65, 66, 67)
 )
 
+N6_HBM_CXL = Layout(
+    packages=2,
+    cores_per_node=2,
+    threads=2,
+    memory_nodes=(
+        MemoryNode(GIB, {0: 15, 1: 30}),
+        MemoryNode(GIB, {0: 30, 1: 15, 2: 35}),
+        MemoryNode(4 * GIB, {0: 60, 1: 70, 2: 62, 3: 72}),
+        MemoryNode(4 * GIB, {0: 70, 1: 60, 2: 72, 3: 62, 4: 75}),
+    ),
+)
+"""The e2e ``n6-hbm-cxl`` VM (``topology.var.json``): two sockets of one 2G node with 2 cores
+x 2 threads, a 1G CPU-less node near each (HBM: smaller than the DRAM nodes) and a 4G one
+near each (PMEM)."""
+
 TOPOLOGIES = {
     "one-socket-4cpu": ONE_SOCKET_4CPU,
     "n4c16": N4C16,
     "four-numa-dies": FOUR_NUMA_DIES,
     "n4c16-isolated": N4C16_ISOLATED,
     "sparse": SPARSE,
+    "n6-hbm-cxl": N6_HBM_CXL,
 }
 
 
@@ -81,10 +109,32 @@ def write_sysfs(root: Path, layout: Layout) -> Path:
                     node_cpus[node].extend(threads)
     (cpu_dir / "online").write_text(f"{CpuSet(ids)}\n")
     (cpu_dir / "isolated").write_text(f"{layout.isolated}\n")
+    distances = _distance_matrix(layout, node_package)
     for node, cpus in node_cpus.items():
-        _write_node(node_dir / f"node{node}", node, cpus, layout, node_package)
-    (node_dir / "online").write_text(f"{CpuSet(node_cpus)}\n")
+        memory = 0 if node in layout.memoryless_nodes else layout.node_memory
+        _write_node(node_dir / f"node{node}", node, cpus, memory, distances[node])
+    for i, extra in enumerate(layout.memory_nodes):
+        node = len(node_cpus) + i
+        _write_node(node_dir / f"node{node}", node, [], extra.memory, distances[node])
+    (node_dir / "online").write_text(f"{CpuSet(range(len(distances)))}\n")
     return root
+
+
+def _distance_matrix(layout: Layout, node_package: dict[int, int]) -> list[list[int]]:
+    """CPU nodes: 10 to self, 12 within a package, 21 across; memory nodes as declared."""
+    count = len(node_package) + len(layout.memory_nodes)
+    matrix = [[10 if a == b else 21 for b in range(count)] for a in range(count)]
+    for a, pa in node_package.items():
+        for b, pb in node_package.items():
+            if a != b and pa == pb:
+                matrix[a][b] = 12
+    for i, extra in enumerate(layout.memory_nodes):
+        node = len(node_package) + i
+        for other, d in extra.distances.items():
+            if not 0 <= other < node:
+                raise ValueError(f"memory node {node}: distance to node {other} is not earlier")
+            matrix[node][other] = matrix[other][node] = d
+    return matrix
 
 
 def _write_cpu(path: Path, pkg: int, die: int, core: int, threads: CpuSet) -> None:
@@ -96,21 +146,10 @@ def _write_cpu(path: Path, pkg: int, die: int, core: int, threads: CpuSet) -> No
     (topo / "thread_siblings_list").write_text(f"{threads}\n")
 
 
-def _write_node(
-    path: Path, node: int, cpus: list[int], layout: Layout, node_package: dict[int, int]
-) -> None:
+def _write_node(path: Path, node: int, cpus: list[int], memory: int, distances: list[int]) -> None:
     path.mkdir(parents=True, exist_ok=True)
     (path / "cpulist").write_text(f"{CpuSet(cpus)}\n")
-    memory = 0 if node in layout.memoryless_nodes else layout.node_memory
     (path / "meminfo").write_text(
         f"Node {node} MemTotal:       {memory // 1024} kB\nNode {node} MemFree:  0 kB\n"
     )
-    distances = []
-    for other, pkg in sorted(node_package.items()):
-        if other == node:
-            distances.append(10)
-        elif pkg == node_package[node]:
-            distances.append(12)
-        else:
-            distances.append(21)
     (path / "distance").write_text(" ".join(map(str, distances)) + "\n")

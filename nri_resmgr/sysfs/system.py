@@ -5,6 +5,7 @@ The result is a frozen snapshot: policies build their pools from it once per con
 
 from __future__ import annotations
 
+import enum
 import logging
 import re
 from collections.abc import Mapping
@@ -34,6 +35,28 @@ class Cpu:
     """The hyperthreads of this CPU's core (itself included)."""
 
 
+class MemoryType(enum.Flag):
+    """The kind of memory a NUMA node holds; a Flag, so a request can name several."""
+
+    DRAM = 1
+    PMEM = 2
+    HBM = 4
+
+    @classmethod
+    def parse(cls, text: str) -> MemoryType:
+        """``dram,pmem`` (any case) as a mask; ValueError naming an unknown word."""
+        mask = cls(0)
+        for word in text.split(","):
+            name = word.strip().upper()
+            if name not in cls.__members__:
+                raise ValueError(f"unknown memory type {word.strip()!r} (dram, pmem or hbm)")
+            mask |= cls[name]
+        return mask
+
+    def label(self) -> str:
+        return ",".join(m.name or "" for m in MemoryType if m in self) or "none"
+
+
 @attrs.frozen
 class NumaNode:
     id: int
@@ -41,6 +64,9 @@ class NumaNode:
     memory: int
     """MemTotal in bytes."""
     distances: Mapping[int, int]
+    memory_type: MemoryType = MemoryType.DRAM
+    """DRAM for nodes with CPUs; a CPU-less node with memory is HBM when smaller than the
+    average DRAM node, else PMEM (nri-plugins' sysfs rule: sysfs does not say)."""
 
 
 @attrs.frozen
@@ -89,6 +115,57 @@ class System:
 
     def core_of(self, cpu: int) -> CpuSet:
         return self.cpus[cpu].threads
+
+    def memory_types(self) -> MemoryType:
+        """Every memory type some node with memory has."""
+        mask = MemoryType(0)
+        for n in self.nodes.values():
+            if n.memory > 0:
+                mask |= n.memory_type
+        return mask
+
+    def memory_of_types(self, cpus: CpuSet, types: MemoryType) -> CpuSet:
+        """The memory nodes of ``types`` for containers on ``cpus``: the nodes closest to the
+        CPUs, widened by the nearest node of each wanted type they lack, then narrowed to the
+        nodes of the wanted types (libmem's initial zone). Empty ``types``: closest_memory."""
+        zone = set(self.closest_memory(cpus))
+        if not types:
+            return CpuSet(zone)
+        have = MemoryType(0)
+        for n in zone:
+            have |= self.nodes[n].memory_type
+        for t in MemoryType:
+            if t & types and not t & have:
+                zone |= self._nearest_of_type(zone, t)
+        wanted = {n for n in zone if self.nodes[n].memory_type & types}
+        return CpuSet(wanted or zone)
+
+    def _nearest_of_type(self, zone: set[int], t: MemoryType) -> set[int]:
+        candidates = [
+            n
+            for n in self.nodes.values()
+            if n.memory > 0 and n.memory_type is t and n.id not in zone
+        ]
+        if not candidates or not zone:
+            return set()
+
+        def distance(n: NumaNode) -> int:
+            return min(self.nodes[z].distances.get(n.id, 255) for z in zone)
+
+        best = min(distance(n) for n in candidates)
+        return {n.id for n in candidates if distance(n) == best}
+
+    def attached_cpu_nodes(self, node: int) -> CpuSet:
+        """The CPU nodes a CPU-less memory node belongs with: the DRAM nodes with CPUs at
+        the smallest distance from it (its own id for a node with CPUs)."""
+        this = self.nodes[node]
+        if this.cpus:
+            return CpuSet([node])
+        near = [n for n in self.nodes.values() if n.cpus and n.memory_type is MemoryType.DRAM]
+        if not near:
+            return CpuSet()
+        best = min(this.distances.get(n.id, 255) for n in near)
+        return CpuSet(n.id for n in near if this.distances.get(n.id, 255) == best)
 
 
 def discover(host_root: str = "") -> System:
@@ -176,7 +253,23 @@ def _read_nodes(
         memory = _memtotal(node_dir / f"node{n}" / "meminfo")
         distances = _distances(node_dir / f"node{n}" / "distance", ids, n)
         nodes[n] = NumaNode(id=n, cpus=cpus, memory=memory, distances=distances)
-    return nodes
+    return _classify(nodes)
+
+
+def _classify(nodes: dict[int, NumaNode]) -> dict[int, NumaNode]:
+    """Give CPU-less nodes with memory their type: HBM below the average DRAM node, PMEM at
+    or above it. Nodes with CPUs are DRAM."""
+    special = [n for n in nodes.values() if not n.cpus and n.memory > 0]
+    dram = [n.memory for n in nodes.values() if n.cpus and n.memory > 0]
+    if not special or not dram:
+        return nodes
+    average = sum(dram) // len(dram)
+    out = dict(nodes)
+    for n in special:
+        kind = MemoryType.HBM if n.memory < average else MemoryType.PMEM
+        out[n.id] = attrs.evolve(n, memory_type=kind)
+        log.info("NUMA node %d: %s memory (%d bytes, no CPUs)", n.id, kind.label(), n.memory)
+    return out
 
 
 def _memtotal(path: Path) -> int:

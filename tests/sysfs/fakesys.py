@@ -5,10 +5,12 @@ from nri_resmgr.sysfs.synthetic import (
     GIB,
     N4C16,
     N4C16_ISOLATED,
+    N6_HBM_CXL,
     ONE_SOCKET_4CPU,
     SPARSE,
     TOPOLOGIES,
     Layout,
+    MemoryNode,
     write_sysfs,
 )
 
@@ -17,9 +19,11 @@ __all__ = [
     "GIB",
     "N4C16",
     "N4C16_ISOLATED",
+    "N6_HBM_CXL",
     "ONE_SOCKET_4CPU",
     "SPARSE",
     "TOPOLOGIES",
     "Layout",
+    "MemoryNode",
     "write_sysfs",
 ]

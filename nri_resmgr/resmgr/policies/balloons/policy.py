@@ -12,7 +12,7 @@ from nri_resmgr.config.expressions import evaluate, expand
 from nri_resmgr.config.models import BalloonsSpec, BalloonType, PolicySpec
 from nri_resmgr.config.notapplied import report
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.resmgr.annotations import lookup_bool
+from nri_resmgr.resmgr.annotations import lookup, lookup_bool
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.resmgr.cpualloc import PlacementError
@@ -36,7 +36,7 @@ from nri_resmgr.resmgr.policies.balloons.types import (
 from nri_resmgr.resmgr.policies.hardware import HardwarePolicy, reported_cpuset
 from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.resmgr.requests import container_request, milli_cpu_to_shares
-from nri_resmgr.sysfs import System
+from nri_resmgr.sysfs import MemoryType, System
 from nri_resmgr.sysfs.caches import shared_caches
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,7 @@ class BalloonsPolicy(HardwarePolicy):
             raise ConfigError(
                 f"spec: balloons needs a BalloonsPolicy spec, got {type(spec).__name__}"
             )
+        _check_memory_types(spec)
         types = balloon_types(spec)
         report(spec, NOT_APPLIED)
         allowed = allowed_cpus(self.system, spec.available_resources)
@@ -246,6 +247,9 @@ class BalloonsPolicy(HardwarePolicy):
             state.no_ht.add(cid)
         if lookup_bool(live.pod, live.container, "memory.preserve") is True:
             state.keep_mems.add(cid)
+        types = _memory_type_annotation(live)
+        if types:
+            state.mem_types[cid] = types
 
     def _group(self, live: Live) -> str | None:
         if not live.type.group_by:
@@ -323,3 +327,25 @@ def _hide_hyperthreads(pod: Pod, c: Container, t: BalloonType) -> bool:
 
 def _with_applied(a: Allocation, cpus: CpuSet | None, mems: CpuSet | None) -> Allocation:
     return attrs.evolve(a, cpus=cpus, mems=mems)
+
+
+def _check_memory_types(spec: BalloonsSpec) -> None:
+    for i, t in enumerate(spec.balloon_types):
+        try:
+            if t.memory_types:
+                MemoryType.parse(",".join(t.memory_types))
+        except ValueError as e:
+            raise ConfigError(f"spec.balloonTypes[{i}].memoryTypes: {e}") from e
+
+
+def _memory_type_annotation(live: Live) -> MemoryType | None:
+    """The container's memory-type annotation (as upstream, it overrides the balloon's
+    memoryTypes); an unknown type is logged and ignored."""
+    value = lookup(live.pod, live.container, "memory-type")
+    if value is None or not value.strip():
+        return None
+    try:
+        return MemoryType.parse(value)
+    except ValueError as e:
+        log.error("%s: ignoring annotation memory-type: %s", live.name, e)
+        return None

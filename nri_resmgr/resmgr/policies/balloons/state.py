@@ -14,7 +14,7 @@ from nri_resmgr.resmgr.cache import Allocation, AllocationCache, follow
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Update
 from nri_resmgr.resmgr.policies.balloons import composite, cputree
-from nri_resmgr.sysfs import System
+from nri_resmgr.sysfs import MemoryType, System
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,8 @@ class Balloons:
         """Containers that run on one hyperthread per core (hideHyperthreads)."""
         self.keep_mems: set[str] = set()
         """Containers whose memory pinning is preserved (memory.preserve)."""
+        self.mem_types: dict[str, MemoryType] = {}
+        """Containers with a memory-type annotation: it overrides their type's memoryTypes."""
 
     # -- CPUs -----------------------------------------------------------------------------
 
@@ -318,6 +320,7 @@ class Balloons:
         member = self.members.pop(cid)
         self.no_ht.discard(cid)
         self.keep_mems.discard(cid)
+        self.mem_types.pop(cid, None)
         b = self.by_name(member.pool) if member else None
         if b is None:
             return None
@@ -365,7 +368,7 @@ class Balloons:
         if cid in self.no_ht:
             cpus = single_threads(self.system, cpus)
         pin_memory = self.spec.pin_memory if b.type.pin_memory is None else b.type.pin_memory
-        mems = self.system.closest_memory(b.cpus) if pin_memory and b.cpus else None
+        mems = balloon_mems(self.system, b, self.mem_types.get(cid or "")) if pin_memory else None
         if cid in self.keep_mems and pin_memory:
             mems = current
         return (cpus if self.spec.pin_cpu else None), mems
@@ -381,7 +384,7 @@ class Balloons:
             b = by_name.get(m.pool)
             if b is None:
                 cpus, mems = None, None
-            elif cid in self.no_ht or cid in self.keep_mems:
+            elif cid in self.no_ht or cid in self.keep_mems or cid in self.mem_types:
                 cpus, mems = self.desired(b, idle, cid, m.mems)
             else:
                 cpus, mems = common[b.name]
@@ -392,3 +395,11 @@ class Balloons:
                 self.members.put(followed.applied)
                 updates.append(followed.update)
         return updates
+
+
+def balloon_mems(system: System, b: Balloon, types: MemoryType | None = None) -> CpuSet:
+    """A balloon's memory nodes: those closest to its CPUs, of ``types`` (a container's
+    memory-type annotation) or else of its type's memoryTypes."""
+    if types is None and b.type.memory_types:
+        types = MemoryType.parse(",".join(b.type.memory_types))
+    return system.memory_of_types(b.cpus, types or MemoryType(0))

@@ -23,6 +23,12 @@ from nri_resmgr.resmgr.policies.balloons.state import single_threads
 from nri_resmgr.resmgr.policies.topology_aware.affinity import placed_weights
 from nri_resmgr.resmgr.policies.topology_aware.affinity import pool_score as affinity_score
 from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import check_required_isolation
+from nri_resmgr.resmgr.policies.topology_aware.memory import (
+    MemoryWant,
+    memory_key,
+    memory_want,
+)
+from nri_resmgr.resmgr.policies.topology_aware.memzones import MemoryAllocator
 from nri_resmgr.resmgr.policies.topology_aware.pools import Pool, ancestors, subtree
 from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
 from nri_resmgr.resmgr.policies.topology_aware.scoring import (
@@ -93,6 +99,7 @@ class Engine:
         ]
         self._levels = [pools[i].level for i in postorder]
         self.unlimited_level = find_existing_level(self._levels, spec.unlimited_burstable)
+        self.memory = MemoryAllocator(system)
         # The shared cpusets every cached allocation was last brought in line with; None when
         # allocations were stored from outside (restore) and must all be checked again.
         self._settled: list[CpuSet] | None = None
@@ -205,7 +212,11 @@ class Engine:
         return True
 
     def choose(
-        self, want: Want, hint: str | None = None, affinity: Mapping[str, int] | None = None
+        self,
+        want: Want,
+        hint: str | None = None,
+        affinity: Mapping[str, int] | None = None,
+        memory: MemoryWant | None = None,
     ) -> Candidate | None:
         """The best fitting pool for ``want`` (the hinted one if it fits), in nri-plugins'
         order (``scoring.compare``); ``affinity`` weighs pools by name; None if none fits."""
@@ -222,7 +233,7 @@ class Engine:
             return fits[0]
         ask = self._ask(want)
         weights = {self.index[n]: w for n, w in (affinity or {}).items() if n in self.index}
-        scores = [self._score(c, want, usage, taken, weights) for c in fits]
+        scores = [self._score(c, want, usage, taken, weights, memory) for c in fits]
         return fits[[s.pool for s in scores].index(best(ask, scores).pool)]
 
     def _ask(self, want: Want) -> Ask:
@@ -251,6 +262,7 @@ class Engine:
         usage: dict[int, PoolLoad],
         taken: CpuSet,
         weights: Mapping[int, int],
+        memory: MemoryWant | None = None,
     ) -> PoolScore:
         pool = self.pools[c.pool]
         isolated = 0
@@ -270,6 +282,7 @@ class Engine:
                 if weights
                 else 0.0
             ),
+            memory=memory_key(self.memory, pool.mems, memory),
         )
 
     # -- grants ---------------------------------------------------------------------------
@@ -298,6 +311,9 @@ class Engine:
             pod=pod,
             container=container,
         )
+        memory = None
+        if pod is not None and container is not None:
+            memory = memory_want(pod, container, self.memory.available)
         if (
             want.kind is Kind.RESERVED
             and want.request > 0
@@ -314,9 +330,9 @@ class Engine:
             want = Want(Kind.SHARED, request=want.request)
             base = attrs.evolve(base, kind=Kind.SHARED)
         if want.kind in (Kind.RESERVED, Kind.PRESERVE):
-            return self._store(base)
+            return self._place_memory(self._store(base), memory)
         weights = self._affinity(cid, pod, container)
-        candidate = self.choose(want, hint, weights)
+        candidate = self.choose(want, hint, weights, memory)
         check_required_isolation(want, candidate is not None and candidate.isolated, name)
         if candidate is None and want.exclusive:
             log.warning(
@@ -327,7 +343,7 @@ class Engine:
             )
             want = Want(Kind.SHARED, request=want.request)
             base = attrs.evolve(base, kind=Kind.SHARED)
-            candidate = self.choose(want, hint, weights)
+            candidate = self.choose(want, hint, weights, memory)
         if candidate is None:
             pool = self._roomiest_pool()
             if not self.shared_cpus(pool.index):
@@ -336,13 +352,16 @@ class Engine:
                     f"allowed CPU is reserved, isolated or exclusive)"
                 )
             log.warning("%s: shared CPUs over-committed; placing in %s", name, pool.name)
-            return self._store(attrs.evolve(base, pool=pool.name))
+            return self._place_memory(self._store(attrs.evolve(base, pool=pool.name)), memory)
         pool = self.pools[candidate.pool]
         exclusive = CpuSet()
         if want.exclusive:
             exclusive = allocate_cpus(self.system, candidate.source, want.exclusive, want.prio)
-        return self._store(
-            attrs.evolve(base, pool=pool.name, exclusive=exclusive, isolated=candidate.isolated)
+        return self._place_memory(
+            self._store(
+                attrs.evolve(base, pool=pool.name, exclusive=exclusive, isolated=candidate.isolated)
+            ),
+            memory,
         )
 
     def _free_reserved(self, cid: str) -> int:
@@ -359,6 +378,12 @@ class Engine:
             return None
         return placed_weights(cid, pod, container, self.spec, self.cache)
 
+    def _place_memory(self, a: Allocation, memory: MemoryWant | None) -> Allocation:
+        pool = self.pools[self.index.get(a.pool, 0)]
+        if self.memory.place(a, pool.mems, memory):
+            self._settled = None  # other containers' memory zones moved
+        return a
+
     def _roomiest_pool(self) -> Pool:
         taken = self.cache.exclusive_cpus()
         return max(self.pools, key=lambda p: (len(self.shared_cpus(p.index, taken)), -p.index))
@@ -368,6 +393,7 @@ class Engine:
         return allocation
 
     def release(self, cid: str) -> Allocation | None:
+        self.memory.release(cid)
         return self.cache.pop(cid)
 
     # -- what the grants mean for the runtime ---------------------------------------------
@@ -387,10 +413,14 @@ class Engine:
             cpus = a.exclusive | self._shared_of(pool.index, taken, shared)
         else:
             cpus = self._shared_of(pool.index, taken, shared)
-        mems = None if (a.keep_mems or not self.spec.pin_memory) else pool.mems
+        mems = None if (a.keep_mems or not self.spec.pin_memory) else self._mems_of(a, pool)
         if cpus and _hides_hyperthreads(a):
             cpus = single_threads(self.system, cpus)
         return (cpus if self.spec.pin_cpu else None), mems
+
+    def _mems_of(self, a: Allocation, pool: Pool) -> CpuSet:
+        """The container's memory zone; its pool's memory when it has none (unaccounted)."""
+        return self.memory.zone_of(a.container_id) or pool.mems
 
     def _shared_of(self, pool: int, taken: CpuSet | None, shared: list[CpuSet] | None) -> CpuSet:
         return shared[pool] if shared is not None else self.shared_cpus(pool, taken)
@@ -418,6 +448,7 @@ class Engine:
         """Allocations were stored with cpusets the engine did not choose (restore): the next
         ``refresh`` checks every container, not only after a change of the shared sets."""
         self._settled = None
+        self.memory.sync(self.cache, {p.name: p.mems for p in self.pools})
 
     def refresh(self, skip: str | None = None) -> list[Update]:
         """Updates for every container whose cpuset or mems no longer match its grant.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import attrs
 
 from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.resmgr.policies.topology_aware.memory import attached_memory
 from nri_resmgr.sysfs import System
 
 LEVELS = ("system", "package", "die", "numa", "l3cache")
@@ -124,7 +125,8 @@ def _pool_mems(system: System, cpus: CpuSet, is_root: bool) -> CpuSet:
         # Leftover memory (memoryless of CPUs or unattached) belongs to the root.
         with_memory = CpuSet(n.id for n in system.nodes.values() if n.memory > 0)
         return with_memory or CpuSet(system.nodes)
-    return system.closest_memory(cpus)
+    # CPU-less memory (HBM, PMEM) goes with the pools of the CPU nodes closest to it.
+    return system.closest_memory(cpus) | attached_memory(system, system.nodes_of(cpus))
 
 
 def ancestors(pools: list[Pool], index: int) -> list[int]:

@@ -67,6 +67,9 @@ class PoolScore:
     colocated: int
     """Containers placed in this very pool (reserved and preserved ones not counted)."""
     affinity: float = 0.0
+    memory: tuple[int, ...] = ()
+    """The memory criteria as a key where larger wins (``memory.score``): offer, exact
+    types, burstability, then tightness and having the type; empty without a memory want."""
 
 
 def find_existing_level(levels_postorder: list[str], level: str) -> str:
@@ -83,15 +86,18 @@ def find_existing_level(levels_postorder: list[str], level: str) -> str:
 
 
 def memory_offer(ask: Ask, a: PoolScore, b: PoolScore) -> int:
-    """Upstream "better matching offer" and "memory offer burstability"; <0 prefers ``a``.
-    A tie until the engine offers memory (the memory-aware placement work fills this in)."""
-    return 0
+    """Upstream "better matching offer" (an offer beats none, then the exact memory types)
+    and "memory offer burstability"; <0 prefers ``a``."""
+    return _larger(a.memory[:3], b.memory[:3])
 
 
 def memory_fit(ask: Ask, a: PoolScore, b: PoolScore) -> int:
-    """Upstream "tighter memory offer" and "matching memory type"; <0 prefers ``a``. A tie
-    until the engine offers memory."""
-    return 0
+    """Upstream "tighter memory offer" and "matching memory type"; <0 prefers ``a``."""
+    return _larger(a.memory[3:], b.memory[3:])
+
+
+def _larger(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    return -1 if a > b else 1 if a < b else 0
 
 
 def _by_id(a: PoolScore, b: PoolScore) -> int:
