@@ -45,7 +45,6 @@ def test00_pod0_isolated_eligible_spread(tmp_path: Path) -> None:
     )
 
 
-@xfail(1, "hide-hyperthreads (and items 6, 7: 3 exclusive CPUs refused in an idle node)")
 def test00_pod1_hide_hyperthreads(tmp_path: Path) -> None:
     s = run(tmp_path, first_pod=1)
     s.create("guaranteed", CONTCOUNT=4, CPU="3", ann=[f'{HT}/container.pod1c2: "true"'])
@@ -79,7 +78,6 @@ def test00_pod3_init_containers_freed(tmp_path: Path) -> None:
     )
 
 
-@xfail(2, "colocatePods")
 def test00_pod4_colocate_pods(tmp_path: Path) -> None:
     s = run(tmp_path, first_pod=4, COLOCATE_PODS=True)
     s.create("guaranteed", CONTCOUNT=4, CPU="100m")
@@ -90,7 +88,6 @@ def test00_pod4_colocate_pods(tmp_path: Path) -> None:
     )
 
 
-@xfail(2, "colocateNamespaces")
 def test00_pod5_colocate_namespaces(tmp_path: Path) -> None:
     s = run(tmp_path, first_pod=5, COLOCATE_NAMESPACES=True)
     s.create("guaranteed", CONTCOUNT=1, CPU="100m", namespace="test-ns")
@@ -106,7 +103,6 @@ def test00_pod5_colocate_namespaces(tmp_path: Path) -> None:
 # -- test01-always-fits ---------------------------------------------------------------------
 
 
-@xfail(6, "slicing 4 exclusive CPUs from a socket (and item 7)")
 def test01_guaranteed_fit(tmp_path: Path) -> None:
     s = run(tmp_path, COLOCATE_PODS=True)
     s.create("guaranteed", CPU="1")
@@ -244,7 +240,6 @@ def test03_pod0_no_affinities(tmp_path: Path) -> None:
     )
 
 
-@xfail(3, "affinity annotations")
 def test03_pod1_affinities(tmp_path: Path) -> None:
     s = run(tmp_path, first_pod=1)
     s.create("guaranteed", CONTCOUNT=4, CPU="1",
@@ -255,7 +250,6 @@ def test03_pod1_affinities(tmp_path: Path) -> None:
     )
 
 
-@xfail(3, "anti-affinity annotations")
 def test03_pod2_anti_affinities(tmp_path: Path) -> None:
     s = run(tmp_path, first_pod=2)
     pairs = "pod2c4:pod2c0,pod2c1,pod2c2 pod2c5:pod2c0,pod2c2,pod2c3"
@@ -363,7 +357,6 @@ def excl(c: str) -> str:
     return f"len(cpus['{c}'] - set.union(*[cpus[c] for c in cpus if c != '{c}']))"
 
 
-@xfail(5, "fewer colocated containers first (and item 7)")
 def test07_mixed_allocations(tmp_path: Path) -> None:
     s = run(tmp_path)
     s.create("guaranteed", CONTCOUNT=2, CPU="500m")
@@ -512,7 +505,6 @@ def test11_prefer_reserved(tmp_path: Path) -> None:
     s.verify('cpus["pod1c0"] == {"cpu08"}')
 
 
-@xfail(1, "hide-hyperthreads: one thread per core of the grant")
 def test11_reserved_hide_hyperthreads(tmp_path: Path) -> None:
     s = run(tmp_path, AVAILABLE_CPU="cpuset:8-11", RESERVED_CPU="cpuset:10-11")
     s.create("guaranteed", CONTCOUNT=1, ann=[f'{PR}: "true"'])
@@ -523,7 +515,6 @@ def test11_reserved_hide_hyperthreads(tmp_path: Path) -> None:
     s.verify('cpus["pod2c0"] == {"cpu10"}')
 
 
-@xfail(7, "a pool with a free CPU looks full; the container falls back to root (all mems)")
 def test11_preserve(tmp_path: Path) -> None:
     s = run(tmp_path, first_pod=3, AVAILABLE_CPU="cpuset:8-11", RESERVED_CPU="cpuset:10-11")
     s.create("guaranteed", CONTCOUNT=1, ann=[f'{PR}: "true"'], name="pod0")
@@ -569,7 +560,6 @@ def test14_burstable_memory_limits(tmp_path: Path) -> None:
     )
 
 
-@xfail(9, "limited burstable: the lowest pool whose free shared CPU covers the limit")
 def test14_burstable_cpu_limits(tmp_path: Path) -> None:
     s = run(tmp_path, first_pod=4, COLOCATE_PODS=False)
     s.create("burstable", CONTCOUNT=2, CPUREQ="2", CPULIM="5", MEMREQ="100M")
@@ -581,7 +571,6 @@ def test14_burstable_cpu_limits(tmp_path: Path) -> None:
     )
 
 
-@xfail(10, "unlimited-burstable annotation")
 def test14_unlimited_burstable_annotation(tmp_path: Path) -> None:
     s = run(tmp_path, first_pod=6)
     s.create("burstable", CONTCOUNT=2, CPUREQ="2", CPULIM="0", MEMREQ="100M",
@@ -593,7 +582,6 @@ def test14_unlimited_burstable_annotation(tmp_path: Path) -> None:
     s.verify('len(nodes["pod7c0"]) == 1', 'len(nodes["pod7c1"]) == 2')
 
 
-@xfail(10, "unlimited-burstable annotation (missing levels resolved to the next one)")
 def test14_unlimited_burstable_config(tmp_path: Path) -> None:
     s = run(tmp_path, first_pod=8, UNLIMITED_BURSTABLE="numa")
     s.create("burstable", CONTCOUNT=2, CPUREQ="2", CPULIM="0", MEMREQ="100M",
@@ -625,7 +613,6 @@ BUSY = (
 )
 
 
-@xfail(5, "one BestEffort per NUMA node (fewer colocated first) and item 6 slicing")
 @pytest.mark.parametrize(
     "template, first, cpureq",
     [("besteffort", 0, ""), ("burstable", 2, "1m"), ("burstable", 4, "250m")],

@@ -171,7 +171,6 @@ def test01_sparse_4kcpus_all_cpus_used(tmp_path: Path) -> None:
     s.verify('"cpu4095" in cpus["pod0c0"]', 'len(cpus["pod0c0"]) == 5')
 
 
-@xfail(12, "reserved CPU by upstream's allocator: 1535, the one idle package, not cpu0")
 def test01_sparse_4kcpus_packages(tmp_path: Path) -> None:
     s = sparse(tmp_path, first_pod=1)
     s.create("burstable", CONTCOUNT=1, CPUREQ="3100m", CPULIM="4000m")
@@ -192,7 +191,6 @@ def _by_package(c: str, pkg0: str, pkg1: str) -> str:
             f' else mems["{c}"] == {{{pkg1}}}')  # fmt: skip
 
 
-@xfail(11, "memory types (DRAM, PMEM, HBM from CPU-less nodes) and the memory-type annotation")
 def test01_memory_types(tmp_path: Path) -> None:
     s = Scenario(tmp_path, N6_HBM_CXL, helm_config())
     k = N6_CONSTS
