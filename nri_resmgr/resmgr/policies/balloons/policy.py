@@ -109,19 +109,22 @@ class BalloonsPolicy(HardwarePolicy):
     def reconfigure(self, spec: PolicySpec) -> list[Update]:
         state, matcher = self._build(spec)
         lives = []
+        held: dict[str, tuple[CpuSet | None, CpuSet | None]] = {}
         for a in self.state.members:
             pod, c = a.pod, a.container
             if pod is not None and c is not None:
                 live = self._live(matcher, pod, c, a.cpus, a.mems, running=True)
+                held[c.id] = (a.cpus, a.mems)
                 if live.type.name != a.pool.rsplit("[", 1)[0]:
                     # Its type changed: placed afresh (as upstream re-allocates), rather
-                    # than kept on its CPUs in a new instance of the new type.
+                    # than kept on its CPUs in a new instance of the new type. The runtime
+                    # still holds the old cpuset until an update says otherwise.
                     live = attrs.evolve(live, cpus=None, mems=None)
                 lives.append(live)
         old = self._state, self._matcher
         self._state, self._matcher = state, matcher
         try:
-            return self._restore(lives, strict=True)
+            return self._restore(lives, strict=True, held=held)
         except ConfigError:
             self._state, self._matcher = old
             raise
@@ -144,10 +147,16 @@ class BalloonsPolicy(HardwarePolicy):
         log.info("synchronized %d containers, %d updates", len(lives), len(updates))
         return updates
 
-    def _restore(self, lives: list[Live], strict: bool = False) -> list[Update]:
+    def _restore(
+        self,
+        lives: list[Live],
+        strict: bool = False,
+        held: dict[str, tuple[CpuSet | None, CpuSet | None]] | None = None,
+    ) -> list[Update]:
         """Rebuild the balloons from ``lives``, in container-id order so that the result does
         not depend on how they are listed. A container that cannot be placed refuses a
-        reconfiguration (``strict``) or, in Synchronize, is logged and left as it is."""
+        reconfiguration (``strict``) or, in Synchronize, is logged and left as it is.
+        ``held``: what the runtime holds per container, where it is not the live's cpuset."""
         state = self.state
         lives = sorted(lives, key=lambda live: live.container.id)
         leftovers = rebuild(state, lives, self.matcher.by_name(DEFAULT))
@@ -167,7 +176,8 @@ class BalloonsPolicy(HardwarePolicy):
             a = state.members.get(live.container.id)
             if a is not None:
                 self._remember_settings(live)
-                state.members.put(_with_applied(a, live.cpus, live.mems))
+                cpus, mems = (held or {}).get(live.container.id, (live.cpus, live.mems))
+                state.members.put(_with_applied(a, cpus, mems))
         return state.refresh()
 
     def _live(
