@@ -45,19 +45,19 @@ APPLIED = frozenset(
         f"{_BT}.preferSpreadingPods",
         f"{_BT}.preferPerNamespaceBalloon",
         f"{_BT}.preferNewBalloons",
+        "spec.showContainersInNrt",
+        f"{_BT}.showContainersInNrt",
     }
 )
 
 NOT_APPLIED = (
     "spec.idleCPUClass",
-    "spec.showContainersInNrt",
     "spec.turboDomain",
     "spec.controllableInterrupts",
     f"{_BT}.memoryTypes",
     f"{_BT}.cpuClass",
     f"{_BT}.preferCoreType",
     f"{_BT}.schedulingClass",
-    f"{_BT}.showContainersInNrt",
     f"{_BT}.irqClaim",
     f"{_BT}.irqMode",
     *(
