@@ -47,15 +47,15 @@ APPLIED = frozenset(
         f"{_BT}.preferNewBalloons",
         "spec.showContainersInNrt",
         f"{_BT}.showContainersInNrt",
+        "spec.idleCPUClass",
+        f"{_BT}.cpuClass",
     }
 )
 
 NOT_APPLIED = (
-    "spec.idleCPUClass",
     "spec.turboDomain",
     "spec.controllableInterrupts",
     f"{_BT}.memoryTypes",
-    f"{_BT}.cpuClass",
     f"{_BT}.preferCoreType",
     f"{_BT}.schedulingClass",
     f"{_BT}.irqClaim",

@@ -15,11 +15,12 @@ from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
+from nri_resmgr.resmgr.control import CpuFreqControl, FreqClass
 from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.exports import PolicyGauge, TopologyZone
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
-from nri_resmgr.resmgr.policies.balloons import exports
+from nri_resmgr.resmgr.policies.balloons import cpuclasses, exports
 from nri_resmgr.resmgr.policies.balloons.devices import close_cpus
 from nri_resmgr.resmgr.policies.balloons.keys import NOT_APPLIED
 from nri_resmgr.resmgr.policies.balloons.restore import Live, rebuild
@@ -49,6 +50,8 @@ class BalloonsPolicy(HardwarePolicy):
         super().__init__(system)
         self._state: Balloons | None = None
         self._matcher: Matcher | None = None
+        self._cpufreq: CpuFreqControl | None = None
+        self._classes: dict[str, FreqClass] = {}
 
     @property
     def state(self) -> Balloons:
@@ -68,6 +71,17 @@ class BalloonsPolicy(HardwarePolicy):
         super().setup(spec, env)
         self._state, self._matcher = self._build(spec)
         self._create_min_balloons(self._state)
+        self._classes = cpuclasses.freq_classes(self._state.spec)
+        self._control()
+
+    def _control(self) -> None:
+        """The CPU-class control step, after every decision: frequency files follow the
+        balloons' CPUs (nothing is touched while no class is defined or used)."""
+        if self._cpufreq is None:
+            if not self._classes:
+                return
+            self._cpufreq = CpuFreqControl(self.env.host_root, self.system)
+        self._cpufreq.apply(*cpuclasses.assignments(self.state, self._classes))
 
     def _build(self, spec: PolicySpec) -> tuple[Balloons, Matcher]:
         if not isinstance(spec, BalloonsSpec):
@@ -124,10 +138,13 @@ class BalloonsPolicy(HardwarePolicy):
         old = self._state, self._matcher
         self._state, self._matcher = state, matcher
         try:
-            return self._restore(lives, strict=True, held=held)
+            updates = self._restore(lives, strict=True, held=held)
         except ConfigError:
             self._state, self._matcher = old
             raise
+        self._classes = cpuclasses.freq_classes(state.spec)
+        self._control()
+        return updates
 
     # -- synchronization ------------------------------------------------------------------
 
@@ -144,6 +161,7 @@ class BalloonsPolicy(HardwarePolicy):
         # Start from empty balloons: the running containers say where the balloons are.
         self._state, _ = self._build(self.state.spec)
         updates = self._restore(lives)
+        self._control()
         log.info("synchronized %d containers, %d updates", len(lives), len(updates))
         return updates
 
@@ -223,7 +241,9 @@ class BalloonsPolicy(HardwarePolicy):
             cpuset_mems=None if mems is None else str(mems),
             cpu_shares=milli_cpu_to_shares(live.request),
         )
-        return adjustment, state.refresh(skip=container.id)
+        updates = state.refresh(skip=container.id)
+        self._control()
+        return adjustment, updates
 
     def _place(self, live: Live) -> Balloon:
         """Put ``live`` in a balloon of its type; raise BalloonsError if none can take it
@@ -278,7 +298,9 @@ class BalloonsPolicy(HardwarePolicy):
     def stop_container(self, pod: Pod, container: Container) -> list[Update]:
         if self.state.leave(container.id) is None:
             return []
-        return self.state.refresh()
+        updates = self.state.refresh()
+        self._control()
+        return updates
 
     def remove_container(self, pod: Pod, container: Container) -> list[Update]:
         return self.stop_container(pod, container)
