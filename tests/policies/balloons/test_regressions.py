@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nri_resmgr.config.models import BalloonType
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
-from tests.policies.workload import Runtime, balloons_spec, guaranteed, start
+from tests.policies.workload import Runtime, balloons_spec, guaranteed, running, start
 from tests.sysfs.fakesys import Layout
 
 THREE_SMALL_PACKAGES = Layout(packages=3, cores_per_node=1, threads=2, isolated="0")
@@ -44,3 +45,35 @@ def test_a_type_change_on_reconfigure_keeps_what_the_runtime_holds_in_view(
         rt.apply(p.reconfigure(spec))
         assert _held(rt, p, c.id) == _runtime_has(rt, c.id)
     assert rt.cpus[c.id] is not None  # pinned once, the runtime keeps it
+
+
+def test_restore_places_the_containers_that_held_cpus_before_the_unpinned_ones(
+    tmp_path: Path,
+) -> None:
+    # After a restart the reserved CPU 0 sits under the default containers' cpuset, so they
+    # are placed afresh, like the app container the runtime reports unpinned (pinCPU was off
+    # when it came). Placed first, that one opened a new app balloon (preferNewBalloons) on a
+    # CPU the default containers needed: p5 was refused and left unmanaged, and a later
+    # reconfiguration with pinCPU on never moved it off the other balloons' CPUs.
+    machine = Layout(packages=4, cores_per_node=1, threads=2)
+    app = BalloonType(name="app", namespaces=("app",), prefer_new_balloons=True)
+    spec = balloons_spec("cpuset:0", pin_cpu=False, pin_memory=False, balloon_types=(app,))
+    p = BalloonsPolicy()
+    start(p, tmp_path, machine, spec)
+    shared = "0-2,5-7"
+    reported = [
+        (guaranteed("p1", 250), shared),
+        (guaranteed("p2", 250), shared),
+        (guaranteed("p3", 2500), shared),
+        (guaranteed("p4", 250, namespace="app"), "4"),
+        (guaranteed("p5", 2500), shared),
+        (guaranteed("p7", 250, namespace="app"), None),
+    ]
+    pods = [pc[0] for pc, _ in reported]
+    containers = [running(pc[1], cpus, None) for pc, cpus in reported]
+    p.synchronize(pods, containers)
+    unmanaged = [c.name for c, (pc, _) in zip(containers, reported, strict=True)
+                 if p.state.members.get(c.id) is None]  # fmt: skip
+    assert unmanaged == []
+    # 1 reserved + 1 app CPU + 6 for 5500 mCPU of default containers: every CPU is used.
+    assert sorted(len(b.cpus) for b in p.state.balloons) == [1, 1, 6]

@@ -179,6 +179,10 @@ class BalloonsPolicy(HardwarePolicy):
         lives = sorted(lives, key=lambda live: live.container.id)
         leftovers = rebuild(state, lives, self.matcher.by_name(DEFAULT))
         self._create_min_balloons(state)
+        # Containers that held CPUs were placed before the ones the runtime reports
+        # unpinned (pinCPU off, or never pinned): placing those first could take the CPUs
+        # the others had and leave one of them unplaceable.
+        leftovers.sort(key=lambda live: (not live.cpus, live.container.id))
         for live in leftovers:
             log.info("%s: cpuset %s matches no balloon; placing afresh", live.name, live.cpus)
             try:
