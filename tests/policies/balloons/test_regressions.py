@@ -77,3 +77,25 @@ def test_restore_places_the_containers_that_held_cpus_before_the_unpinned_ones(
     assert unmanaged == []
     # 1 reserved + 1 app CPU + 6 for 5500 mCPU of default containers: every CPU is used.
     assert sorted(len(b.cpus) for b in p.state.balloons) == [1, 1, 6]
+
+
+def test_a_second_reserved_class_cpuset_is_restored_where_it_runs(tmp_path: Path) -> None:
+    # reservedResources is a quantity, so no CPU is reserved as such. Two kube-system
+    # containers run on different cpusets: one in the reserved balloon, one that fell back
+    # to the default balloon in an earlier reconfiguration. There is one reserved balloon,
+    # so the second cpuset is the fallback's: restored there, not moved into the reserved
+    # balloon (which made both containers change CPUs on a restart).
+    p = BalloonsPolicy()
+    start(p, tmp_path, THREE_SMALL_PACKAGES, balloons_spec("1", pin_memory=False))
+    reserved_one, fell_back = (
+        guaranteed("r", 250, namespace="kube-system"),
+        guaranteed("f", 1500, namespace="kube-system"),
+    )
+    placed = [(reserved_one, "1"), (fell_back, "3-4")]
+    pods = [pc[0] for pc, _ in placed]
+    containers = [running(pc[1], cpus, None) for pc, cpus in placed]
+    updates = p.synchronize(pods, containers)
+    assert updates == []
+    held = {a.name: str(a.cpus) for a in p.state.members}
+    assert held == {"kube-system/r/c0": "1", "kube-system/f/c0": "3-4"}
+    assert {b.name for b in p.state.balloons if b.members} == {"reserved[0]", "default[0]"}
