@@ -138,3 +138,25 @@ def test_a_member_outside_every_balloon_makes_refresh_walk_everything(system: Sy
     assert state.members.verified and "a" not in state.members.dirty
     updates = state.refresh()
     assert [(u.container_id, u.adjustment.cpuset_cpus) for u in updates] == [("a", "2-3")]
+
+
+def test_an_empty_balloon_too_small_to_grow_is_no_new_balloon(tmp_path: Path) -> None:
+    from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
+    from nri_resmgr.resmgr.policies.balloons.types import BalloonsError
+    from tests.policies.workload import Runtime, balloons_spec, guaranteed, start
+
+    # minBalloons keeps an empty "t" balloon; the default balloon takes all but one free
+    # CPU. A 3-CPU request of type "t" fits nowhere: it fails instead of landing in the
+    # empty balloon, which can grow by one CPU only.
+    t = BalloonType(name="t", namespaces=("t",), min_balloons=1)
+    p = BalloonsPolicy()
+    start(p, tmp_path, N4C16, balloons_spec(balloon_types=(t,)))
+    rt = Runtime(p)
+    rt.create(guaranteed("big", 14000))
+    assert len(p.state.free()) == 1
+    with pytest.raises(BalloonsError, match="no suitable balloon instance available"):
+        p.create_container(*guaranteed("t3", 3000, namespace="t"))
+    # One CPU it can still take.
+    c = rt.create(guaranteed("t1", 1000, namespace="t"))
+    a = p.state.members.get(c.id)
+    assert a is not None and a.pool == "t[0]"
