@@ -324,8 +324,6 @@ class Balloons:
             return None
         for d in (b.members, b.pods, b.namespaces, b.groups):
             d.pop(cid, None)
-        self.no_ht.discard(cid)
-        self.keep_mems.discard(cid)
         if b.members:
             self.fit(b)
         else:
