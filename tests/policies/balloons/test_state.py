@@ -160,3 +160,21 @@ def test_an_empty_balloon_too_small_to_grow_is_no_new_balloon(tmp_path: Path) ->
     c = rt.create(guaranteed("t1", 1000, namespace="t"))
     a = p.state.members.get(c.id)
     assert a is not None and a.pool == "t[0]"
+
+
+def test_choose_ranks_by_room_without_then_with_inflation(system: System) -> None:
+    # b0: 2 CPUs, 1400m requested (room 600m now, 1600m grown to maxCPUs 3);
+    # b1: 1 CPU, 500m (room 500m now, 2500m grown). Both in group "g".
+    t = BalloonType(name="t", max_cpus=3, max_balloons=2)
+    state = Balloons(system, BalloonsSpec(balloon_types=(t,)), system.online, CpuSet(), types=(t,))
+    b0 = state.create(t, cpus=CpuSet({0, 1}))
+    b1 = state.create(t, cpus=CpuSet({4}))
+    assert b0 is not None and b1 is not None
+    for b, cid, req in ((b0, "x", 1400), (b1, "y", 500)):
+        b.members[cid], b.pods[cid], b.groups[cid] = req, f"pod-{cid}", "g"
+    # Fits both as they are: the most room as they are wins (not the most after growing).
+    assert state.choose(t, "pod-new", "ns", 400) is b0
+    assert state.choose(t, "pod-new", "ns", 400, group="g") is b0
+    # Fits only by growing: the most room once grown wins.
+    assert state.choose(t, "pod-new", "ns", 1000) is b1
+    assert state.choose(t, "pod-new", "ns", 1000, group="g") is b1
