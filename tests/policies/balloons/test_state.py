@@ -35,6 +35,7 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> System:
         (2, 0, 500, True, 2),
         (0, 3, 5000, True, 3),  # maxCPUs caps
         (1, 3, 2500, True, 3),
+        (0, 1, 2000, True, 1),
     ],
 )
 def test_target_cpus(
@@ -178,3 +179,18 @@ def test_choose_ranks_by_room_without_then_with_inflation(system: System) -> Non
     # Fits only by growing: the most room once grown wins.
     assert state.choose(t, "pod-new", "ns", 1000) is b1
     assert state.choose(t, "pod-new", "ns", 1000, group="g") is b1
+
+
+@pytest.mark.parametrize("reserved", ["0", "5", "15"])
+def test_the_reserved_balloon_gives_back_other_cpus_first(tmp_path: Path, reserved: str) -> None:
+    from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
+    from tests.policies.workload import Runtime, balloons_spec, guaranteed, start
+
+    p = BalloonsPolicy()
+    start(p, tmp_path, N4C16, balloons_spec(f"cpuset:{reserved}"))
+    rt = Runtime(p)
+    big = rt.create(guaranteed("big", 3000, namespace="kube-system"))
+    (b,) = [b for b in p.state.balloons if b.name == "reserved[0]"]
+    assert len(b.cpus) == 3 and int(reserved) in b.cpus
+    rt.remove(big)
+    assert b.cpus == CpuSet({int(reserved)})
