@@ -102,7 +102,7 @@ def test_every_upstream_key_loads_and_the_unapplied_ones_are_said_once(
         start(p, tmp_path, N4C16, spec)
         p.reconfigure(spec)
     said = [r.getMessage() for r in caplog.records if "accepted, not applied" in r.message]
-    for key in ("spec.idleCPUClass", "spec.balloonTypes[].irqMode", "spec.cpuClasses[].sstClosID"):
+    for key in ("spec.turboDomain", "spec.balloonTypes[].irqMode", "spec.cpuClasses[].sstClosID"):
         assert sum(m.startswith(f"{key}: accepted, not applied by nri-resmgr") for m in said) == 1
     # Applied keys are never said to be unapplied; unset ones neither.
     assert not any(m.split(":")[0] in APPLIED for m in said)

@@ -46,18 +46,18 @@ APPLIED = frozenset(
         f"{_BT}.preferSpreadingPods",
         f"{_BT}.preferPerNamespaceBalloon",
         f"{_BT}.preferNewBalloons",
+        "spec.showContainersInNrt",
+        f"{_BT}.showContainersInNrt",
+        "spec.idleCPUClass",
+        f"{_BT}.cpuClass",
     }
 )
 
 NOT_APPLIED = (
-    "spec.idleCPUClass",
-    "spec.showContainersInNrt",
     "spec.turboDomain",
     "spec.controllableInterrupts",
-    f"{_BT}.cpuClass",
     f"{_BT}.preferCoreType",
     f"{_BT}.schedulingClass",
-    f"{_BT}.showContainersInNrt",
     f"{_BT}.irqClaim",
     f"{_BT}.irqMode",
     *(

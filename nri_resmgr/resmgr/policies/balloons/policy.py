@@ -15,11 +15,12 @@ from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.annotations import lookup, lookup_bool
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
+from nri_resmgr.resmgr.control import CpuFreqControl, FreqClass
 from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.exports import PolicyGauge, TopologyZone
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
-from nri_resmgr.resmgr.policies.balloons import exports
+from nri_resmgr.resmgr.policies.balloons import cpuclasses, exports
 from nri_resmgr.resmgr.policies.balloons.devices import close_cpus
 from nri_resmgr.resmgr.policies.balloons.keys import NOT_APPLIED
 from nri_resmgr.resmgr.policies.balloons.restore import Live, rebuild
@@ -49,6 +50,8 @@ class BalloonsPolicy(HardwarePolicy):
         super().__init__(system)
         self._state: Balloons | None = None
         self._matcher: Matcher | None = None
+        self._cpufreq: CpuFreqControl | None = None
+        self._classes: dict[str, FreqClass] = {}
 
     @property
     def state(self) -> Balloons:
@@ -68,6 +71,17 @@ class BalloonsPolicy(HardwarePolicy):
         super().setup(spec, env)
         self._state, self._matcher = self._build(spec)
         self._create_min_balloons(self._state)
+        self._classes = cpuclasses.freq_classes(self._state.spec)
+        self._control()
+
+    def _control(self) -> None:
+        """The CPU-class control step, after every decision: frequency files follow the
+        balloons' CPUs (nothing is touched while no class is defined or used)."""
+        if self._cpufreq is None:
+            if not self._classes:
+                return
+            self._cpufreq = CpuFreqControl(self.env.host_root, self.system)
+        self._cpufreq.apply(*cpuclasses.assignments(self.state, self._classes))
 
     def _build(self, spec: PolicySpec) -> tuple[Balloons, Matcher]:
         if not isinstance(spec, BalloonsSpec):
@@ -110,22 +124,28 @@ class BalloonsPolicy(HardwarePolicy):
     def reconfigure(self, spec: PolicySpec) -> list[Update]:
         state, matcher = self._build(spec)
         lives = []
+        held: dict[str, tuple[CpuSet | None, CpuSet | None]] = {}
         for a in self.state.members:
             pod, c = a.pod, a.container
             if pod is not None and c is not None:
                 live = self._live(matcher, pod, c, a.cpus, a.mems, running=True)
+                held[c.id] = (a.cpus, a.mems)
                 if live.type.name != a.pool.rsplit("[", 1)[0]:
                     # Its type changed: placed afresh (as upstream re-allocates), rather
-                    # than kept on its CPUs in a new instance of the new type.
+                    # than kept on its CPUs in a new instance of the new type. The runtime
+                    # still holds the old cpuset until an update says otherwise.
                     live = attrs.evolve(live, cpus=None, mems=None)
                 lives.append(live)
         old = self._state, self._matcher
         self._state, self._matcher = state, matcher
         try:
-            return self._restore(lives, strict=True)
+            updates = self._restore(lives, strict=True, held=held)
         except ConfigError:
             self._state, self._matcher = old
             raise
+        self._classes = cpuclasses.freq_classes(state.spec)
+        self._control()
+        return updates
 
     # -- synchronization ------------------------------------------------------------------
 
@@ -142,17 +162,28 @@ class BalloonsPolicy(HardwarePolicy):
         # Start from empty balloons: the running containers say where the balloons are.
         self._state, _ = self._build(self.state.spec)
         updates = self._restore(lives)
+        self._control()
         log.info("synchronized %d containers, %d updates", len(lives), len(updates))
         return updates
 
-    def _restore(self, lives: list[Live], strict: bool = False) -> list[Update]:
+    def _restore(
+        self,
+        lives: list[Live],
+        strict: bool = False,
+        held: dict[str, tuple[CpuSet | None, CpuSet | None]] | None = None,
+    ) -> list[Update]:
         """Rebuild the balloons from ``lives``, in container-id order so that the result does
         not depend on how they are listed. A container that cannot be placed refuses a
-        reconfiguration (``strict``) or, in Synchronize, is logged and left as it is."""
+        reconfiguration (``strict``) or, in Synchronize, is logged and left as it is.
+        ``held``: what the runtime holds per container, where it is not the live's cpuset."""
         state = self.state
         lives = sorted(lives, key=lambda live: live.container.id)
         leftovers = rebuild(state, lives, self.matcher.by_name(DEFAULT))
         self._create_min_balloons(state)
+        # Containers that held CPUs were placed before the ones the runtime reports
+        # unpinned (pinCPU off, or never pinned): placing those first could take the CPUs
+        # the others had and leave one of them unplaceable.
+        leftovers.sort(key=lambda live: (not live.cpus, live.container.id))
         for live in leftovers:
             log.info("%s: cpuset %s matches no balloon; placing afresh", live.name, live.cpus)
             try:
@@ -168,7 +199,8 @@ class BalloonsPolicy(HardwarePolicy):
             a = state.members.get(live.container.id)
             if a is not None:
                 self._remember_settings(live)
-                state.members.put(_with_applied(a, live.cpus, live.mems))
+                cpus, mems = (held or {}).get(live.container.id, (live.cpus, live.mems))
+                state.members.put(_with_applied(a, cpus, mems))
         return state.refresh()
 
     def _live(
@@ -214,7 +246,9 @@ class BalloonsPolicy(HardwarePolicy):
             cpuset_mems=None if mems is None else str(mems),
             cpu_shares=milli_cpu_to_shares(live.request),
         )
-        return adjustment, state.refresh(skip=container.id)
+        updates = state.refresh(skip=container.id)
+        self._control()
+        return adjustment, updates
 
     def _place(self, live: Live) -> Balloon:
         """Put ``live`` in a balloon of its type; raise BalloonsError if none can take it
@@ -272,7 +306,9 @@ class BalloonsPolicy(HardwarePolicy):
     def stop_container(self, pod: Pod, container: Container) -> list[Update]:
         if self.state.leave(container.id) is None:
             return []
-        return self.state.refresh()
+        updates = self.state.refresh()
+        self._control()
+        return updates
 
     def remove_container(self, pod: Pod, container: Container) -> list[Update]:
         return self.stop_container(pod, container)

@@ -80,6 +80,13 @@ def rebuild(
             leftovers.append(live)
     # Reserved first, then in CPU order, so restored instances are numbered predictably.
     order = sorted(clusters, key=lambda k: (k[0] != RESERVED, min(k[1]), k[0]))
+    if fallback is not None:
+        # There is one reserved balloon: reserved-class containers on another cpuset fell
+        # back to the default balloon (they keep their CPUs there).
+        for key in [k for k in order if k[0] == RESERVED][1:]:
+            moved = [attrs.evolve(live, type=fallback) for live in clusters.pop(key)]
+            clusters[(fallback.name, key[1])].extend(moved)
+        order = sorted(clusters, key=lambda k: (k[0] != RESERVED, min(k[1]), k[0]))
     for key in order:
         members = clusters[key]
         others = CpuSet.union_all(c for k, c in ((k, k[1]) for k in clusters) if k != key)

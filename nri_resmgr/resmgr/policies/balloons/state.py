@@ -10,10 +10,11 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 
 from nri_resmgr.config.models import BalloonsSpec, BalloonType
-from nri_resmgr.resmgr.cache import Allocation, AllocationCache, follow
+from nri_resmgr.resmgr.cache import Allocation, follow
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Update
 from nri_resmgr.resmgr.policies.balloons import composite, cputree
+from nri_resmgr.resmgr.policies.balloons.members import Members, Wanted
 from nri_resmgr.sysfs import MemoryType, System
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class Balloons:
         self.devices = dict(devices or {})
         """preferCloseToDevices path -> the CPUs close to it (unreadable ones left out)."""
         self.balloons: list[Balloon] = []
-        self.members = AllocationCache()
+        self.members = Members()
         self.no_ht: set[str] = set()
         """Containers that run on one hyperthread per core (hideHyperthreads)."""
         self.keep_mems: set[str] = set()
@@ -326,8 +327,6 @@ class Balloons:
             return None
         for d in (b.members, b.pods, b.namespaces, b.groups):
             d.pop(cid, None)
-        self.no_ht.discard(cid)
-        self.keep_mems.discard(cid)
         if b.members:
             self.fit(b)
         else:
@@ -374,27 +373,44 @@ class Balloons:
         return (cpus if self.spec.pin_cpu else None), mems
 
     def refresh(self, skip: str | None = None) -> list[Update]:
+        """The updates that bring every member (but ``skip``) to what its balloon wants,
+        in container-id order. Only written members and balloons whose target changed are
+        looked at (``members.Members``); a full walk if the two records ever disagree."""
         idle = self.free()
-        by_name = {b.name: b for b in self.balloons}
-        # One computation per balloon; only members with their own settings get their own.
-        common = {b.name: self.desired(b, idle) for b in self.balloons}
+        members = self.members
+        if sum(len(b.members) for b in self.balloons) != len(members):
+            members.verified.clear()  # a member outside every balloon: trust nothing
+            members.dirty.update(a.container_id for a in members)
         updates: list[Update] = []
-        for m in sorted(self.members, key=lambda m: m.container_id):
-            cid = m.container_id
-            b = by_name.get(m.pool)
-            if b is None:
-                cpus, mems = None, None
-            elif cid in self.no_ht or cid in self.keep_mems or cid in self.mem_types:
-                cpus, mems = self.desired(b, idle, cid, m.mems)
+        verified: dict[str, Wanted] = {}
+        to_check = members.dirty | self.no_ht | self.keep_mems | set(self.mem_types)
+        for b in self.balloons:
+            common = self.desired(b, idle)
+            verified[b.name] = common
+            if members.verified.get(b.name) == common:
+                ids = [c for c in to_check if c in b.members]
             else:
-                cpus, mems = common[b.name]
-            if cid == skip or (cpus, mems) == (m.cpus, m.mems):
-                continue
-            followed = follow(m, cpus, mems)
-            if followed is not None:
-                self.members.put(followed.applied)
-                updates.append(followed.update)
-        return updates
+                ids = list(b.members)
+            for cid in ids:
+                m = members.get(cid)
+                if m is None or cid == skip:
+                    continue
+                own = self._own_target(cid)
+                cpus, mems = self.desired(b, idle, cid, m.mems) if own else common
+                followed = None if (cpus, mems) == (m.cpus, m.mems) else follow(m, cpus, mems)
+                if followed is not None:
+                    members.store_checked(followed.applied)
+                    updates.append(followed.update)
+                else:
+                    members.dirty.discard(cid)
+        members.verified = verified
+        return sorted(updates, key=lambda u: u.container_id)
+
+    def _own_target(self, cid: str) -> bool:
+        """Whether ``cid`` has settings of its own (hideHyperthreads, memory.preserve,
+        a memory-type annotation)."""
+        return cid in self.no_ht or cid in self.keep_mems or cid in self.mem_types
+
 
 
 def balloon_mems(system: System, b: Balloon, types: MemoryType | None = None) -> CpuSet:

@@ -1,0 +1,101 @@
+"""Regressions the balloons state machine (tests/policies/test_state_machine.py) found, each
+as the shortest sequence that showed it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nri_resmgr.config.models import BalloonType
+from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
+from tests.policies.workload import Runtime, balloons_spec, guaranteed, running, start
+from tests.sysfs.fakesys import Layout
+
+THREE_SMALL_PACKAGES = Layout(packages=3, cores_per_node=1, threads=2, isolated="0")
+"""The machine the 500-example run failed on: 3 packages x 1 core x 2 threads."""
+
+
+def _held(rt: Runtime, p: BalloonsPolicy, cid: str) -> tuple[CpuSet | None, CpuSet | None]:
+    a = p.state.members.get(cid)
+    assert a is not None
+    return a.cpus, a.mems
+
+
+def _runtime_has(rt: Runtime, cid: str) -> tuple[CpuSet | None, CpuSet | None]:
+    return tuple(None if v is None else CpuSet.parse(v) for v in rt.placement(rt.containers[cid]))  # type: ignore[return-value]
+
+
+def test_a_type_change_on_reconfigure_keeps_what_the_runtime_holds_in_view(
+    tmp_path: Path,
+) -> None:
+    # pinCPU off, then on (the kube-system container is pinned to the reserved balloon), then
+    # a reserved cpuset without its CPU (it falls back to default), then the first again:
+    # its type changes back, it is placed afresh with pinCPU off, nothing is sent, so the
+    # policy must still believe what the runtime holds, not "unpinned".
+    unpinned = balloons_spec("750m", pin_cpu=False, pin_memory=False)
+    p = BalloonsPolicy()
+    start(p, tmp_path, THREE_SMALL_PACKAGES, unpinned)
+    rt = Runtime(p)
+    c = rt.create(guaranteed("k", 250, namespace="kube-system"))
+    for spec in (
+        balloons_spec("750m", pin_cpu=True, pin_memory=False),
+        balloons_spec("cpuset:0", pin_cpu=False, pin_memory=False),
+        unpinned,
+    ):
+        rt.apply(p.reconfigure(spec))
+        assert _held(rt, p, c.id) == _runtime_has(rt, c.id)
+    assert rt.cpus[c.id] is not None  # pinned once, the runtime keeps it
+
+
+def test_restore_places_the_containers_that_held_cpus_before_the_unpinned_ones(
+    tmp_path: Path,
+) -> None:
+    # After a restart the reserved CPU 0 sits under the default containers' cpuset, so they
+    # are placed afresh, like the app container the runtime reports unpinned (pinCPU was off
+    # when it came). Placed first, that one opened a new app balloon (preferNewBalloons) on a
+    # CPU the default containers needed: p5 was refused and left unmanaged, and a later
+    # reconfiguration with pinCPU on never moved it off the other balloons' CPUs.
+    machine = Layout(packages=4, cores_per_node=1, threads=2)
+    app = BalloonType(name="app", namespaces=("app",), prefer_new_balloons=True)
+    spec = balloons_spec("cpuset:0", pin_cpu=False, pin_memory=False, balloon_types=(app,))
+    p = BalloonsPolicy()
+    start(p, tmp_path, machine, spec)
+    shared = "0-2,5-7"
+    reported = [
+        (guaranteed("p1", 250), shared),
+        (guaranteed("p2", 250), shared),
+        (guaranteed("p3", 2500), shared),
+        (guaranteed("p4", 250, namespace="app"), "4"),
+        (guaranteed("p5", 2500), shared),
+        (guaranteed("p7", 250, namespace="app"), None),
+    ]
+    pods = [pc[0] for pc, _ in reported]
+    containers = [running(pc[1], cpus, None) for pc, cpus in reported]
+    p.synchronize(pods, containers)
+    unmanaged = [c.name for c, (pc, _) in zip(containers, reported, strict=True)
+                 if p.state.members.get(c.id) is None]  # fmt: skip
+    assert unmanaged == []
+    # 1 reserved + 1 app CPU + 6 for 5500 mCPU of default containers: every CPU is used.
+    assert sorted(len(b.cpus) for b in p.state.balloons) == [1, 1, 6]
+
+
+def test_a_second_reserved_class_cpuset_is_restored_where_it_runs(tmp_path: Path) -> None:
+    # reservedResources is a quantity, so no CPU is reserved as such. Two kube-system
+    # containers run on different cpusets: one in the reserved balloon, one that fell back
+    # to the default balloon in an earlier reconfiguration. There is one reserved balloon,
+    # so the second cpuset is the fallback's: restored there, not moved into the reserved
+    # balloon (which made both containers change CPUs on a restart).
+    p = BalloonsPolicy()
+    start(p, tmp_path, THREE_SMALL_PACKAGES, balloons_spec("1", pin_memory=False))
+    reserved_one, fell_back = (
+        guaranteed("r", 250, namespace="kube-system"),
+        guaranteed("f", 1500, namespace="kube-system"),
+    )
+    placed = [(reserved_one, "1"), (fell_back, "3-4")]
+    pods = [pc[0] for pc, _ in placed]
+    containers = [running(pc[1], cpus, None) for pc, cpus in placed]
+    updates = p.synchronize(pods, containers)
+    assert updates == []
+    held = {a.name: str(a.cpus) for a in p.state.members}
+    assert held == {"kube-system/r/c0": "1", "kube-system/f/c0": "3-4"}
+    assert {b.name for b in p.state.balloons if b.members} == {"reserved[0]", "default[0]"}
