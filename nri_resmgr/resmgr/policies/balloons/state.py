@@ -412,7 +412,6 @@ class Balloons:
         return cid in self.no_ht or cid in self.keep_mems or cid in self.mem_types
 
 
-
 def balloon_mems(system: System, b: Balloon, types: MemoryType | None = None) -> CpuSet:
     """A balloon's memory nodes: those closest to its CPUs, of ``types`` (a container's
     memory-type annotation) or else of its type's memoryTypes."""
