@@ -93,6 +93,8 @@ def _dra_service(
         kube=kube,
         plugins_dir=options.kubelet_plugins_dir,
         registry_dir=options.kubelet_registry_dir,
+        cdi_dir=options.cdi_dir,
+        state_dir=options.dra_state_dir,
     )
 
 

@@ -35,6 +35,8 @@ class Options:
     log_level: str = "info"
     kubelet_plugins_dir: str = DEFAULT_PLUGINS_DIR
     kubelet_registry_dir: str = DEFAULT_REGISTRY_DIR
+    cdi_dir: str = "/var/run/cdi"
+    dra_state_dir: str = "/var/lib/nri-resmgr"
     shutdown_grace: float = 10.0
 
     @property
@@ -111,6 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="kubelet plugin registration directory (DRA)",
     )
     p.add_argument(
+        "--cdi-dir",
+        default="/var/run/cdi",
+        help="directory for the per-claim CDI specs (DRA)",
+    )
+    p.add_argument(
+        "--dra-state-dir",
+        default="/var/lib/nri-resmgr",
+        help="directory of the prepared-claims state file (DRA)",
+    )
+    p.add_argument(
         "--shutdown-grace",
         type=float,
         default=10.0,
@@ -142,6 +154,8 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> O
         log_level=ns.log_level,
         kubelet_plugins_dir=ns.kubelet_plugins_dir,
         kubelet_registry_dir=ns.kubelet_registry_dir,
+        cdi_dir=ns.cdi_dir,
+        dra_state_dir=ns.dra_state_dir,
         shutdown_grace=ns.shutdown_grace,
     )
     if options.has_cluster_access:

@@ -26,7 +26,7 @@ import trio
 from nri_resmgr.dra.grpc_bridge import DEFAULT_DRAIN_TIMEOUT, SOCKET_POLL_INTERVAL, GrpcServer
 from nri_resmgr.dra.publisher import SlicePublisher
 from nri_resmgr.dra.registration import Registrar, registration_handlers
-from nri_resmgr.dra.service import ClaimBackend, ClaimService, dra_handlers
+from nri_resmgr.dra.service import ClaimBackend, ClaimHandler, ClaimService, dra_handlers
 from nri_resmgr.errors import Fatal
 from nri_resmgr.resmgr.model import Device
 
@@ -59,6 +59,7 @@ class KubeletPlugin:
         *,
         node_name: str = "",
         publisher: SlicePublisher | None = None,
+        claims: ClaimHandler | None = None,
         drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
         poll_interval: float = SOCKET_POLL_INTERVAL,
     ) -> None:
@@ -72,7 +73,7 @@ class KubeletPlugin:
         self.registration_socket = self.registry_dir / f"{driver_name}-reg.sock"
         self.publisher = publisher
         self.registrar = Registrar(driver_name, self.dra_socket)
-        self.claims = ClaimService(manager, driver_name, pool_name=node_name)
+        self.claims = ClaimService(manager, driver_name, pool_name=node_name, handler=claims)
         self._dra = GrpcServer(
             "DRA",
             self.dra_socket,

@@ -31,8 +31,8 @@ from nri_resmgr.dra.slice_spec import (
     DesiredSlice,
     SliceOwner,
     object_name,
-    pick_slice,
     pool_generation,
+    split_pool,
 )
 from nri_resmgr.errors import Recoverable
 from nri_resmgr.kube import ApiResource, KubeClient, KubeObject, NotFound, ObjectList
@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_RESYNC_INTERVAL = 30.0
 DEFAULT_SYNC_TIMEOUT = 20.0
+OWN_VERSIONS_KEPT = 64
+WATCH_RETRY = 1.0
 
 
 class KubeApi(Protocol):
@@ -129,6 +131,9 @@ class SlicePublisher:
         self.last_error: str | None = None
         self._versions = list(SLICE_API_VERSIONS)
         self._wake = trio.Event()
+        self._own_versions: list[str] = []
+        self.watch_events = 0
+        """Watch events that asked for a sync (a slice changed or vanished behind our back)."""
 
     @property
     def api_version(self) -> str:
@@ -181,21 +186,36 @@ class SlicePublisher:
             owner=await self._owner(),
         )
         slices = await self._list_own()
-        keep, extra = pick_slice(slices, self.pool_name)
-        for obj in extra:
+        ours, others = split_pool(slices, self.pool_name)
+        for obj in others:
             await self._delete(obj)
+        if desired.pool_matches(ours, self.api_version):
+            return
+        # Every slice of the pool is rewritten with the next generation: the scheduler only
+        # counts the newest generation, and only once all its slices are there.
+        generation = max((pool_generation(s) + 1 for s in ours or slices), default=0)
         resource = resource_slices(self.api_version)
-        if keep is None:
-            generation = max((pool_generation(s) + 1 for s in slices), default=0)
-            created = await self.kube.create(
-                resource, desired.new_object(self.api_version, generation)
-            )
-            log.info("created ResourceSlice %s (generation %d)", object_name(created), generation)
-        elif not desired.matches(keep, self.api_version):
-            generation = pool_generation(keep) + 1
-            body = desired.updated_object(keep, self.api_version, generation)
-            await self.kube.replace(resource, body)
-            log.info("updated ResourceSlice %s (generation %d)", object_name(keep), generation)
+        for index in range(desired.slice_count):
+            if index < len(ours):
+                body = desired.updated_object(ours[index], self.api_version, generation, index)
+                written = await self.kube.replace(resource, body)
+                verb = "updated"
+            else:
+                body = desired.new_object(self.api_version, generation, index)
+                written = await self.kube.create(resource, body)
+                verb = "created"
+            self._written(written)
+            log.info("%s ResourceSlice %s (generation %d, slice %d of %d)", verb,
+                     object_name(written), generation, index + 1, desired.slice_count)  # fmt: skip
+        for obj in ours[desired.slice_count :]:
+            await self._delete(obj)
+
+    def _written(self, obj: Mapping[str, Any]) -> None:
+        """Remember our own write, so that its watch event does not trigger a sync."""
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        if version:
+            self._own_versions.append(version)
+            del self._own_versions[:-OWN_VERSIONS_KEPT]
 
     async def _owner(self) -> SliceOwner:
         # Fetched each sync: a re-created Node has a new UID, and the slice must follow it.

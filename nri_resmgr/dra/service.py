@@ -45,31 +45,71 @@ class ClaimRef:
 
 
 @attrs.frozen
+class PreparedDevice:
+    """One device of a prepared claim, as kubelet gets it."""
+
+    device: str
+    request_names: tuple[str, ...] = ()
+    """Empty: the device is for every container of the claim."""
+    cdi_ids: tuple[str, ...] = ()
+
+
+@attrs.frozen
 class ClaimOutcome:
-    devices: tuple[str, ...] = ()
+    devices: tuple[PreparedDevice, ...] = ()
     error: str = ""
+
+
+class ClaimHandler(Protocol):
+    """Prepares claims by reference (``dra.claims.ClaimPreparer``): one outcome per claim."""
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]: ...
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]: ...
 
 
 class ClaimService:
     """Version-independent Prepare/Unprepare; plain trio code."""
 
-    def __init__(self, backend: ClaimBackend, driver_name: str, pool_name: str) -> None:
+    def __init__(
+        self,
+        backend: ClaimBackend,
+        driver_name: str,
+        pool_name: str,
+        handler: ClaimHandler | None = None,
+    ) -> None:
         self.backend = backend
         self.driver_name = driver_name
         self.pool_name = pool_name
+        self.handler = handler
+        """When set (the daemon with cluster access), claims are prepared by reference
+        through it; otherwise the policy answers by UID (``backend``)."""
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
         with observed(DRA_REQUESTS, DRA_LATENCY, "NodePrepareResources"):
-            return await self._answer("prepare", self.backend.prepare_claims, claims)
+            if self.handler is not None:
+                return await self._answer("prepare", self.handler.prepare, claims)
+            return await self._answer("prepare", self._by_uid("prepare"), claims)
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
         with observed(DRA_REQUESTS, DRA_LATENCY, "NodeUnprepareResources"):
-            return await self._answer("unprepare", self.backend.unprepare_claims, claims)
+            if self.handler is not None:
+                return await self._answer("unprepare", self.handler.unprepare, claims)
+            return await self._answer("unprepare", self._by_uid("unprepare"), claims)
+
+    def _by_uid(
+        self, verb: str
+    ) -> Callable[[Sequence[ClaimRef]], Awaitable[dict[str, ClaimOutcome]]]:
+        ask = self.backend.prepare_claims if verb == "prepare" else self.backend.unprepare_claims
+
+        async def answer(claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
+            return self._match(verb, claims, await ask([c.uid for c in claims]))
+
+        return answer
 
     async def _answer(
         self,
         verb: str,
-        ask: Callable[[Sequence[str]], Awaitable[list[ClaimResult]]],
+        ask: Callable[[Sequence[ClaimRef]], Awaitable[dict[str, ClaimOutcome]]],
         claims: Sequence[ClaimRef],
     ) -> dict[str, ClaimOutcome]:
         outcomes: dict[str, ClaimOutcome] = {}
@@ -83,12 +123,15 @@ class ClaimService:
             return outcomes
         uids = list(valid)
         try:
-            results = await ask(uids)
+            answered = await ask(list(valid.values()))
         except Exception as e:
             # The policy failed for the whole batch: every claim carries the reason.
             log.exception("DRA %s of claims %s failed", verb, uids)
             return outcomes | {uid: ClaimOutcome(error=f"{verb} failed: {e}") for uid in uids}
-        outcomes.update(self._match(verb, list(valid.values()), results))
+        for claim in valid.values():
+            outcomes[claim.uid] = answered.get(claim.uid) or ClaimOutcome(
+                error=f"driver {self.driver_name} has no {verb} answer for claim {claim.describe()}"
+            )
         return outcomes
 
     def _match(
@@ -106,7 +149,9 @@ class ClaimService:
             elif result.error:
                 outcomes[claim.uid] = ClaimOutcome(error=result.error)
             else:
-                outcomes[claim.uid] = ClaimOutcome(devices=tuple(result.devices))
+                outcomes[claim.uid] = ClaimOutcome(
+                    devices=tuple(PreparedDevice(name) for name in result.devices)
+                )
         return outcomes
 
 
@@ -127,7 +172,7 @@ class _VersionShim:
         return pb.NodePrepareResourcesResponse(
             claims={
                 uid: pb.NodePrepareResourceResponse(
-                    devices=[self._device(name) for name in o.devices], error=o.error
+                    devices=[self._device(d) for d in o.devices], error=o.error
                 )
                 for uid, o in outcomes.items()
             }
@@ -142,8 +187,13 @@ class _VersionShim:
             }
         )
 
-    def _device(self, name: str) -> Any:
-        return self._pb.Device(pool_name=self._claims.pool_name, device_name=name)
+    def _device(self, device: PreparedDevice) -> Any:
+        return self._pb.Device(
+            request_names=list(device.request_names),
+            pool_name=self._claims.pool_name,
+            device_name=device.device,
+            cdi_device_ids=list(device.cdi_ids),
+        )
 
 
 class DraV1Service(v1.DraPluginBase):  # type: ignore[misc]

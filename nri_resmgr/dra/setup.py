@@ -8,8 +8,11 @@ than the daemon refusing to start, since placement through NRI works without it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
+from nri_resmgr.dra.cdi import CDI_DIR, CdiWriter
+from nri_resmgr.dra.claims import ClaimPreparer
 from nri_resmgr.dra.plugin import (
     KUBELET_PLUGINS_DIR,
     KUBELET_REGISTRY_DIR,
@@ -18,12 +21,16 @@ from nri_resmgr.dra.plugin import (
     driver_name_for,
 )
 from nri_resmgr.dra.publisher import KubeApi, SlicePublisher
+from nri_resmgr.dra.state import ClaimStore
+from nri_resmgr.resmgr.manager import ResourceManager
+
+STATE_DIR = "/var/lib/nri-resmgr"
 
 log = logging.getLogger(__name__)
 
 
 def build_dra_plugin(
-    manager: DraOwner,
+    manager: DraOwner | ResourceManager,
     policy_name: str,
     *,
     enabled: bool | None,
@@ -31,6 +38,8 @@ def build_dra_plugin(
     kube: KubeApi | None,
     plugins_dir: str | Path = KUBELET_PLUGINS_DIR,
     registry_dir: str | Path = KUBELET_REGISTRY_DIR,
+    cdi_dir: str | Path = CDI_DIR,
+    state_dir: str | Path = STATE_DIR,
 ) -> KubeletPlugin | None:
     """The DRA plugin service to start, or None when DRA stays off."""
     if not enabled:
@@ -45,6 +54,33 @@ def build_dra_plugin(
         return None
     driver = driver_name_for(policy_name)
     publisher = SlicePublisher(kube, manager.dra_devices, driver, node_name)
+    claims = None
+    if isinstance(manager, ResourceManager):
+        claims = ClaimPreparer(
+            manager, kube, driver, node_name, ClaimStore(state_dir), CdiWriter(cdi_dir, driver)
+        )
+        # Before anything serves: Synchronize must already know the prepared claims.
+        claims.restore(manager.policy)
+        manager.reconfigure_hooks.append(_republish_after(publisher))
     return KubeletPlugin(
-        manager, driver, plugins_dir, registry_dir, node_name=node_name, publisher=publisher
+        manager,
+        driver,
+        plugins_dir,
+        registry_dir,
+        node_name=node_name,
+        publisher=publisher,
+        claims=claims,
     )
+
+
+def _republish_after(publisher: SlicePublisher) -> Callable[[object], Callable[[bool], None]]:
+    """A reconfigure hook: an applied configuration may change the devices (reserved CPUs)."""
+
+    def hook(_spec: object) -> Callable[[bool], None]:
+        def finish(applied: bool) -> None:
+            if applied:
+                publisher.trigger()
+
+        return finish
+
+    return hook

@@ -1,7 +1,8 @@
 """Conversions between NRI protobuf messages and the wire-independent resource-manager model.
 
 Only what policies read or set crosses over: identity, labels and annotations, state, and the
-CPU/memory resources (cpuset cpus/mems, CPU shares/quota/period, memory limit).
+CPU/memory resources (cpuset cpus/mems, CPU shares/quota/period, memory limit), and the DRA
+claims a container names (its claim env vars and injected CDI devices; other env is dropped).
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ def container_from_proto(ctr: api.Container) -> model.Container:
         annotations=dict(ctr.annotations),
         resources=resources_from_proto(ctr.linux.resources),
         pid=ctr.pid,
+        claims=model.claims_from_env(ctr.env),
+        cdi_devices=tuple(d.name for d in ctr.cdi_devices),
     )
 
 
@@ -103,6 +106,8 @@ def container_to_proto(ctr: model.Container) -> api.Container:
         labels=dict(ctr.labels),
         annotations=dict(ctr.annotations),
         pid=ctr.pid,
+        env=[f"{model.claim_env_name(uid)}={cpus}" for uid, cpus in ctr.claims.items()],
+        cdi_devices=[api.CdiDevice(name=name) for name in ctr.cdi_devices],
     )
     if ctr.resources is not None:
         out.linux = api.LinuxContainer(resources=resources_to_proto(ctr.resources))

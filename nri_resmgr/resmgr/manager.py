@@ -17,6 +17,7 @@ import trio
 from nri_resmgr.config.models import PolicySpec
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.instrumentation.metrics import CHANGES, CONFIG_RELOADS
+from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import (
     Adjustment,
     ClaimResult,
@@ -185,6 +186,18 @@ class ResourceManager:
     async def unprepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
         async with self.lock:
             return self.policy.unprepare_claims(claim_uids)
+
+    async def claim_cpus(self, claim_uid: str, cpus: CpuSet) -> None:
+        """Give ``cpus`` to a DRA claim (``Policy.claim_cpus``; ClaimError leaves all as it
+        was) and move the containers that must leave them (UpdateContainers)."""
+        async with self.lock:
+            updates = self.policy.claim_cpus(claim_uid, cpus)
+        await self.send_updates(updates)
+
+    async def release_claim(self, claim_uid: str) -> None:
+        async with self.lock:
+            updates = self.policy.release_claim(claim_uid)
+        await self.send_updates(updates)
 
 
 def dra_toggle_refusal(old: PolicySpec, new: PolicySpec) -> str | None:

@@ -7,7 +7,7 @@ policies (and their tests) stay free of transport details.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import Enum
 
 import attrs
@@ -56,6 +56,11 @@ class Container:
     annotations: Mapping[str, str] = attrs.field(factory=dict)
     resources: Resources | None = None
     pid: int = 0
+    claims: Mapping[str, str] = attrs.field(factory=dict)
+    """DRA claim UID -> the cpuset string its CDI env edit carries (``claim_env_name``), as
+    found in the container's environment. Untrusted: the pod spec can set any env too."""
+    cdi_devices: tuple[str, ...] = ()
+    """Fully qualified CDI device names the runtime injected (containerd >= 2.3 only)."""
 
 
 @attrs.frozen
@@ -85,12 +90,45 @@ class Update:
     ignore_failure: bool = False
 
 
+AttributeValue = str | int | bool
+
+
 @attrs.frozen
 class Device:
-    """A device a policy offers through DRA (published in the node's ResourceSlice)."""
+    """A device a policy offers through DRA (published in the node's ResourceSlice).
+
+    API-version free: the DRA layer renders it for whichever ``resource.k8s.io`` version the
+    API server serves. Attribute and capacity names are unqualified (filed under the driver
+    name) or ``<domain>/<name>``.
+    """
 
     name: str
-    attributes: Mapping[str, str | int | bool] = attrs.field(factory=dict)
+    attributes: Mapping[str, AttributeValue] = attrs.field(factory=dict)
+    capacity: Mapping[str, int] = attrs.field(factory=dict)
+    """Capacity name -> an integer quantity (published as a Kubernetes quantity string)."""
+    cpus: tuple[int, ...] = ()
+    """The host CPUs this device stands for; never published, read by Prepare."""
+
+
+CLAIM_ENV_PREFIX = "NRI_DRA_CPUS_"
+"""The env var a prepared claim's CDI spec injects: ``NRI_DRA_CPUS_<uid, - as _>=<cpuset>``."""
+
+
+def claim_env_name(claim_uid: str) -> str:
+    # Env names cannot carry '-'; a UID is hex and '-', so '_' maps back without loss.
+    return CLAIM_ENV_PREFIX + claim_uid.replace("-", "_")
+
+
+def claims_from_env(env: Iterable[str]) -> dict[str, str]:
+    """Claim UID -> value of every claim env var in ``env`` (``KEY=VALUE`` strings)."""
+    found: dict[str, str] = {}
+    for entry in env:
+        if entry.startswith(CLAIM_ENV_PREFIX):
+            key, _, value = entry.partition("=")
+            uid = key[len(CLAIM_ENV_PREFIX) :].replace("_", "-")
+            if uid:
+                found[uid] = value
+    return found
 
 
 @attrs.frozen

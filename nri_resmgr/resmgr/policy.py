@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import attrs
 
+from nri_resmgr.errors import ResmgrError
+from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.exports import PolicyGauge, TopologyZone
 from nri_resmgr.resmgr.model import (
     Adjustment,
@@ -26,6 +28,11 @@ from nri_resmgr.resmgr.model import (
 
 if TYPE_CHECKING:
     from nri_resmgr.config.models import PolicySpec
+
+
+class ClaimError(ResmgrError):
+    """A DRA claim the policy cannot carve (CPUs unknown, taken, or no devices offered); the
+    message names the cause and the policy's state is as before the call."""
 
 
 @attrs.frozen
@@ -82,6 +89,16 @@ class Policy(Protocol):
 
     def prepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]: ...
     def unprepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]: ...
+
+    def claim_cpus(self, claim_uid: str, cpus: CpuSet) -> list[Update]:
+        """Give ``cpus`` to a prepared DRA claim, exclusively: they leave every shared pool
+        and only containers bound to the claim (``Container.claims``) run on them. Returns
+        the updates for the containers that move off them (or onto them, for containers of
+        the claim that already run). Idempotent for the same UID and CPUs. Raises
+        ``ClaimError`` (nothing changed) for CPUs the policy does not offer or that are taken."""
+
+    def release_claim(self, claim_uid: str) -> list[Update]:
+        """Return a claim's CPUs to the shared pools; unknown UIDs are no-ops."""
 
     def gauges(self) -> list[PolicyGauge]:
         """The policy's gauges for /metrics (upstream's names where upstream has them)."""
@@ -148,6 +165,12 @@ class PolicyBase:
 
     def unprepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
         return [ClaimResult(claim_uid=uid) for uid in claim_uids]
+
+    def claim_cpus(self, claim_uid: str, cpus: CpuSet) -> list[Update]:
+        raise ClaimError(f"policy {self.name} offers no CPU devices; cannot claim cpus {cpus}")
+
+    def release_claim(self, claim_uid: str) -> list[Update]:
+        return []
 
     def gauges(self) -> list[PolicyGauge]:
         return []

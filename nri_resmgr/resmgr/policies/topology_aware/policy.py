@@ -16,9 +16,19 @@ from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.exports import PolicyGauge, TopologyZone
-from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
+from nri_resmgr.resmgr.model import (
+    Adjustment,
+    Container,
+    ContainerState,
+    Device,
+    Pod,
+    Resources,
+    Update,
+)
+from nri_resmgr.resmgr.policies.cpu_devices import cpu_devices
 from nri_resmgr.resmgr.policies.hardware import HardwarePolicy, reported_cpuset
 from nri_resmgr.resmgr.policies.topology_aware import exports
+from nri_resmgr.resmgr.policies.topology_aware.claims import ClaimBook, is_claim_entry
 from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.resmgr.policies.topology_aware.pools import build_pools
 from nri_resmgr.resmgr.policies.topology_aware.preferences import wanted
@@ -36,6 +46,7 @@ class TopologyAwarePolicy(HardwarePolicy):
     def __init__(self, system: System | None = None) -> None:
         super().__init__(system)
         self._engine: Engine | None = None
+        self.claims = ClaimBook()
 
     @property
     def engine(self) -> Engine:
@@ -65,10 +76,23 @@ class TopologyAwarePolicy(HardwarePolicy):
         """Re-place every container under ``spec``, starting from the cpusets the runtime
         holds (the engine's view follows every update sent); the old engine stays on error."""
         engine = self._build(spec)
+        lost = self.claims.all_cpus() - (engine.allowed - engine.reserved)
+        if lost:
+            raise ConfigError(
+                f"spec: cpus {lost} are claimed by prepared DRA claims and would no longer be "
+                "offered (reserved or not allowed); unprepare those claims first"
+            )
+        held = [
+            a
+            for a in self.engine.cache
+            if a.pod is not None and a.container is not None and not is_claim_entry(a)
+        ]
         lives = [
             self._live(engine, a.pod, a.container, a.cpus, a.mems)
-            for a in self.engine.cache
-            if a.pod is not None and a.container is not None
+            for a in held
+            if a.pod is not None
+            and a.container is not None
+            and a.container_id not in self.claims.bound
         ]
         try:
             updates = restore(engine, lives, strict=True)
@@ -76,17 +100,54 @@ class TopologyAwarePolicy(HardwarePolicy):
             raise ConfigError(
                 f"spec: the new configuration cannot place every container: {e}"
             ) from e
+        bound = [(a.pod, a.container) for a in held if a.container_id in self.claims.bound]
+        updates = self._settle_claims(engine, updates, bound)  # type: ignore[arg-type]
         self._engine = engine
         return updates
+
+    def _settle_claims(
+        self, engine: Engine, updates: list[Update], bound: Sequence[tuple[Pod, Container]]
+    ) -> list[Update]:
+        """After ``restore`` (which starts from an empty cache): the claims and their
+        containers back in, natives moved off claimed CPUs, and one update per container."""
+        if not self.claims.claims:
+            return updates
+        self.claims.install(engine)
+        self.claims.bound.clear()
+        for pod, c in bound:
+            name = f"{pod.namespace}/{pod.name}/{c.name}"
+            binding = self.claims.binding(name, c)
+            if binding is not None:
+                self.claims.bind(engine, pod, c, name, binding)
+        claimed = self.claims.all_cpus()
+        for a in engine.cache:
+            if (
+                a.pod is not None
+                and a.container is not None
+                and a.container_id not in self.claims.bound
+                and not is_claim_entry(a)
+                and not a.exclusive.isdisjoint(claimed)
+            ):
+                log.warning(
+                    "%s: exclusive cpus %s overlap DRA claims; re-placed", a.name, a.exclusive
+                )
+                engine.release(a.container_id)
+                self._grant(self._live(engine, a.pod, a.container, None, None), engine=engine)
+        engine.unsettle()
+        return merge_updates([*updates, *engine.refresh()])
 
     # -- synchronization ------------------------------------------------------------------
 
     def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> list[Update]:
         by_id = {p.id: p for p in pods}
         lives = []
+        bound: list[tuple[Pod, Container]] = []
         for c in containers:
             pod = by_id.get(c.pod_id)
             if pod is None or c.state is ContainerState.STOPPED:
+                continue
+            if c.claims and self.claims.binding(f"{pod.namespace}/{pod.name}/{c.name}", c):
+                bound.append((pod, c))
                 continue
             res = c.resources or Resources()
             lives.append(
@@ -98,7 +159,7 @@ class TopologyAwarePolicy(HardwarePolicy):
                     reported_cpuset(res.cpuset_mems, c),
                 )
             )
-        updates = restore(self.engine, lives)
+        updates = self._settle_claims(self.engine, restore(self.engine, lives), bound)
         log.info("synchronized %d containers, %d updates", len(lives), len(updates))
         return updates
 
@@ -114,8 +175,13 @@ class TopologyAwarePolicy(HardwarePolicy):
     def create_container(self, pod: Pod, container: Container) -> tuple[Adjustment, list[Update]]:
         engine = self.engine
         engine.release(container.id)
+        self.claims.unbind(container.id)
         live = self._live(engine, pod, container, None, None)
-        a = self._grant(live)
+        binding = self.claims.binding(live.name, container) if container.claims else None
+        if binding is not None:
+            a = self.claims.bind(engine, pod, container, live.name, binding)
+        else:
+            a = self._grant(live)
         try:
             adjustment = engine.adjustment(a)
         except PlacementError:
@@ -137,6 +203,10 @@ class TopologyAwarePolicy(HardwarePolicy):
         engine = self.engine
         old = engine.cache.get(container.id)
         changed = attrs.evolve(container, resources=resources)
+        if old is not None and container.id in self.claims.bound:
+            # A claim's container keeps exactly the claim's CPUs, whatever its request says.
+            engine.cache.put(attrs.evolve(old, container=changed))
+            return []
         live = self._live(engine, pod, changed, None, None)
         if old is not None and (old.kind, old.request) == (live.want.kind, live.want.request):
             engine.cache.put(attrs.evolve(old, container=changed))
@@ -153,8 +223,10 @@ class TopologyAwarePolicy(HardwarePolicy):
             raise
         return [own, *engine.refresh(skip=container.id)]
 
-    def _grant(self, live: Live, hint: str | None = None) -> Allocation:
-        return self.engine.grant(
+    def _grant(
+        self, live: Live, hint: str | None = None, engine: Engine | None = None
+    ) -> Allocation:
+        return (engine or self.engine).grant(
             live.container.id,
             live.pod.id,
             live.name,
@@ -166,6 +238,7 @@ class TopologyAwarePolicy(HardwarePolicy):
         )
 
     def stop_container(self, pod: Pod, container: Container) -> list[Update]:
+        self.claims.unbind(container.id)
         if self.engine.release(container.id) is None:
             return []
         return self.engine.refresh()
@@ -182,6 +255,47 @@ class TopologyAwarePolicy(HardwarePolicy):
                 engine.cache.put(attrs.evolve(a, cpus=None, mems=None))
         engine.unsettle()
 
+    # -- DRA ------------------------------------------------------------------------------
+
+    def dra_devices(self) -> list[Device]:
+        engine = self.engine
+        return cpu_devices(self.system, engine.allowed - engine.reserved, self.env.host_root)
+
+    def claim_cpus(self, claim_uid: str, cpus: CpuSet) -> list[Update]:
+        engine = self.engine
+        if self.claims.claims.get(claim_uid) == cpus:
+            return []
+        self.claims.check(engine, claim_uid, cpus)
+        self.claims.add(engine, claim_uid, cpus)
+        # Containers that already run with this claim's variable (the claim re-entered
+        # after a daemon restart, before or after Synchronize) move onto its CPUs.
+        for a in engine.cache:
+            if a.pod is None or a.container is None or claim_uid not in a.container.claims:
+                continue
+            binding = self.claims.binding(a.name, a.container)
+            if binding is not None:
+                self.claims.bind(engine, a.pod, a.container, a.name, binding)
+        engine.unsettle()
+        log.info("DRA claim %s: cpus %s claimed", claim_uid, cpus)
+        return engine.refresh()
+
+    def release_claim(self, claim_uid: str) -> list[Update]:
+        engine = self.engine
+        cpus = self.claims.remove(engine, claim_uid)
+        if cpus is None:
+            return []
+        for cid in self.claims.bound_to(claim_uid):
+            # Unprepare normally comes after the pod's containers stopped; one still
+            # running goes back to a native placement.
+            a = engine.cache.get(cid)
+            self.claims.unbind(cid)
+            engine.release(cid)
+            if a is not None and a.pod is not None and a.container is not None:
+                self._grant(self._live(engine, a.pod, a.container, None, None))
+        engine.unsettle()
+        log.info("DRA claim %s: cpus %s released", claim_uid, cpus)
+        return engine.refresh()
+
     # -- exports --------------------------------------------------------------------------
 
     def gauges(self) -> list[PolicyGauge]:
@@ -189,3 +303,19 @@ class TopologyAwarePolicy(HardwarePolicy):
 
     def topology_zones(self) -> list[TopologyZone]:
         return exports.zones(self.engine) if self._engine else []
+
+
+def merge_updates(updates: Sequence[Update]) -> list[Update]:
+    """One update per container, later fields winning (in first-seen order)."""
+    merged: dict[str, Update] = {}
+    for u in updates:
+        old = merged.get(u.container_id)
+        if old is None:
+            merged[u.container_id] = u
+            continue
+        fields = {
+            k: v if v is not None else getattr(old.adjustment, k)
+            for k, v in attrs.asdict(u.adjustment).items()
+        }
+        merged[u.container_id] = attrs.evolve(u, adjustment=Adjustment(**fields))
+    return list(merged.values())

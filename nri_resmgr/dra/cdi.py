@@ -1,0 +1,78 @@
+"""Per-claim transient CDI specs: the container edits that tell NRI a container is a claim's.
+
+One file per claim, ``<cdi dir>/<driver>-cpu_claim-<uid>.json`` (the CDI library's transient
+spec name for vendor ``<driver>``, class ``cpu``, id ``claim-<uid>``), holding one device
+``claim-<uid>`` whose only edit is the env var ``NRI_DRA_CPUS_<uid>=<cpuset>``. containerd
+injects it for the CDI id kubelet passes at CreateContainer, and the policy sees it in the
+NRI container's env. ``cdiVersion`` 0.6.0: env-only specs need 0.3.0, and containerd 2.0-2.2
+refuse versions newer than their CDI library knows (1.1.0 fails before 2.3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+from nri_resmgr.dra.state import write_atomically
+from nri_resmgr.errors import ResmgrError
+from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.resmgr.model import claim_env_name
+
+CDI_DIR = "/var/run/cdi"
+CDI_VERSION = "0.6.0"
+CDI_CLASS = "cpu"
+
+
+class CdiError(ResmgrError):
+    """A CDI spec cannot be written or removed; the message names the file and cause."""
+
+
+class CdiWriter:
+    def __init__(self, directory: str | Path, driver: str) -> None:
+        self.directory = Path(directory)
+        self.driver = driver
+        self.kind = f"{driver}/{CDI_CLASS}"
+
+    def device_name(self, claim_uid: str) -> str:
+        return f"claim-{claim_uid}"
+
+    def device_id(self, claim_uid: str) -> str:
+        return f"{self.kind}={self.device_name(claim_uid)}"
+
+    def path(self, claim_uid: str) -> Path:
+        return self.directory / f"{self.driver}-{CDI_CLASS}_{self.device_name(claim_uid)}.json"
+
+    def spec(self, claim_uid: str, cpus: CpuSet) -> dict[str, object]:
+        return {
+            "cdiVersion": CDI_VERSION,
+            "kind": self.kind,
+            "devices": [
+                {
+                    "name": self.device_name(claim_uid),
+                    "containerEdits": {"env": [f"{claim_env_name(claim_uid)}={cpus}"]},
+                }
+            ],
+        }
+
+    def write(self, claim_uid: str, cpus: CpuSet) -> Path:
+        path = self.path(claim_uid)
+        data = json.dumps(self.spec(claim_uid, cpus), indent=1).encode()
+        try:
+            write_atomically(path, data, mode=0o644)
+        except OSError as e:
+            raise CdiError(f"cannot write CDI spec {path}: {e.strerror or e}") from e
+        return path
+
+    def remove(self, path: str | Path) -> None:
+        try:
+            Path(path).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise CdiError(f"cannot remove CDI spec {path}: {e.strerror or e}") from e
+
+    def exists(self, claim_uid: str) -> bool:
+        with contextlib.suppress(OSError):
+            return self.path(claim_uid).is_file()
+        return False
