@@ -220,12 +220,11 @@ async def node(
             n = Node(ta_crd, client, ns, name, workdir, harness, kubelet_binary, host_root)
             try:
                 yield n
-            except BaseException:
-                print(f"daemon log tail:\n{n.log_tail()}")
-                raise
             finally:
                 with trio.CancelScope(shield=True):
                     await n.stop_daemon()
+                # pytest shows a failed test's output: the daemon's side of the story.
+                print(f"daemon log tail:\n{n.log_tail()}")
         await client.delete(NODES, name)
 
 
@@ -298,7 +297,10 @@ async def test_scheduler_to_cpuset_with_restarts(node: Node, scheduler: Schedule
 
         # kubelet prepares: our plugin reads the claim from the apiserver, claims its CPUs.
         prepared = await kubelet.prepare(pod)
-        [cdi_id] = prepared["cdi_devices"]["app"]
+        # One CDI id per allocated device, all naming the claim's one CDI device.
+        ids = prepared["cdi_devices"]["app"]
+        assert len(ids) == CLAIMED, ids
+        [cdi_id] = set(ids)
         uid = claim["metadata"]["uid"]
         assert cdi_id == f"{DRIVER}/cpu=claim-{uid}"
         env = claim_env(node.cdi_dir, [cdi_id])
