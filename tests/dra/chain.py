@@ -79,10 +79,10 @@ async def release(client: KubeClient, ns: str, pod_name: str, claim_name: str) -
     options = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
     with contextlib.suppress(NotFound):
         await client.request("DELETE", PODS.object_path(pod_name, ns), body=options)
+    # Merge patches carry no resourceVersion: no conflict with the scheduler's late writes.
     with contextlib.suppress(NotFound):
-        got = await client.get(RESOURCE_CLAIMS, claim_name, ns)
-        got["status"] = {}
-        got = await client.replace(RESOURCE_CLAIMS, got, ns, subresource="status")
-        got["metadata"]["finalizers"] = []
-        await client.replace(RESOURCE_CLAIMS, got, ns)
+        cleared = {"status": {"allocation": None, "reservedFor": None}}
+        await client.patch(RESOURCE_CLAIMS, claim_name, cleared, ns, subresource="status")
+        unlocked = {"metadata": {"finalizers": None}}
+        await client.patch(RESOURCE_CLAIMS, claim_name, unlocked, ns)
         await client.delete(RESOURCE_CLAIMS, claim_name, ns)

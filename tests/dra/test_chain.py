@@ -346,7 +346,7 @@ async def test_scheduler_to_cpuset_with_restarts(node: Node, scheduler: Schedule
         await kubelet.aclose()
     async with kubelet_peer(node.kubelet_binary, **node.kubelet_args()) as kubelet:
         await kubelet.wait_plugin(DRIVER, timeout=60)
-        back = await node.published(not_named=first["metadata"]["name"])
+        back = await node.published(not_named=first["metadata"]["name"], limit=60)
         assert [d["name"] for d in back["spec"]["devices"]] == names
 
         # The pod's containers end, then kubelet unprepares (after both restarts): the CDI
