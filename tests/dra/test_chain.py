@@ -41,6 +41,7 @@ from nri_resmgr.kube.resources import (
     RESOURCE_CLAIMS,
     TOPOLOGY_AWARE_POLICIES,
 )
+from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.sysfs.synthetic import N4C16, write_sysfs
 from tests.conformance import objects
 from tests.conformance.build import HARNESS_V012, BuildError, ensure_binary
@@ -304,7 +305,8 @@ async def test_scheduler_to_cpuset_with_restarts(node: Node, scheduler: Schedule
         uid = claim["metadata"]["uid"]
         assert cdi_id == f"{DRIVER}/cpu=claim-{uid}"
         env = claim_env(node.cdi_dir, [cdi_id])
-        assert len(env) == 1, env
+        variable = "NRI_DRA_CPUS_" + uid.replace("-", "_")
+        assert env == [f"{variable}={CpuSet(claimed)}"]
         # The shared container, on every CPU but 0 until now, is moved off the claimed ones.
         rest = await moved(h, shared["id"], lambda got: not got & claimed)
         assert rest == set(range(1, 16)) - claimed
@@ -326,16 +328,28 @@ async def test_scheduler_to_cpuset_with_restarts(node: Node, scheduler: Schedule
         # after the runtime re-synchronizes, a forged env is still not trusted while the
         # prepared one is.
         await node.stop_daemon()
+        # kubelet must have seen it go, or the wait below would see the old registration;
+        # the runtime prunes closed plugins lazily, so its sign is the new Synchronize.
+        await kubelet.wait_plugin(DRIVER, present=False, timeout=30)
+        await h.syncs()  # drains the ones seen so far
         running = {**app, "state": "CONTAINER_RUNNING"}
         await h.sync_state(
             [sandbox, app_sandbox], [{**shared, "state": "CONTAINER_RUNNING"}, running]
         )
         await node.start_daemon()
-        await h.wait_plugin(timeout=60)
+        with trio.fail_after(60):
+            while not (synced := await h.syncs()):
+                await trio.sleep(0.05)
+        assert [(x["pods"], x["containers"], x.get("error")) for x in synced] == [(2, 2, None)]
         await kubelet.wait_plugin(DRIVER, timeout=60)
         app_again = {**app, "id": "app-again", "name": "app-again"}
         again = await h.relay("create-container", pod=app_sandbox, container=app_again)
         assert cpus(again["adjust"]["linux"]["resources"]["cpu"]["cpus"]) == claimed
+        # The env can also come from a pod spec: a value other than the prepared cpuset is
+        # not the claim's, and gets none of its CPUs.
+        forged = {**app, "id": "forged", "name": "forged", "env": [f"{variable}=1-3"]}
+        reply = await h.relay("create-container", pod=app_sandbox, container=forged)
+        assert not cpus(reply["adjust"]["linux"]["resources"]["cpu"]["cpus"]) & claimed
         newer = objects.container(sandbox, 3, milli_cpu=500)
         reply = await h.relay("create-container", pod=sandbox, container=newer)
         assert not cpus(reply["adjust"]["linux"]["resources"]["cpu"]["cpus"]) & claimed
@@ -351,7 +365,7 @@ async def test_scheduler_to_cpuset_with_restarts(node: Node, scheduler: Schedule
 
         # The pod's containers end, then kubelet unprepares (after both restarts): the CDI
         # spec goes, the CPUs return to shared use.
-        for ctr in (app, app_again):
+        for ctr in (app, app_again, forged):
             await h.relay("stop-container", pod=app_sandbox, container=ctr)
             await h.relay("remove-container", pod=app_sandbox, container=ctr)
         await kubelet.unprepare(pod)
