@@ -6,10 +6,11 @@ newest generation, deletes the rest, and creates or replaces (full PUT) the kept
 matches what the policy offers. Any change we write bumps the pool generation.
 
 It syncs at start, when ``trigger()`` is called (devices changed, kubelet re-registered us),
-and every ``resync_interval`` seconds: kubelet deletes a node's slices when it starts and when
-a driver stays unregistered for 30 s, and a periodic re-list restores them without needing a
-watch. API failures (5xx, 409, timeouts, anything) are ``Recoverable``: logged and retried with
-backoff, never allowed to end the daemon.
+when its watch on its own slices sees a change it did not make, and every
+``resync_interval`` seconds: kubelet deletes a node's slices when it starts and when a driver
+stays unregistered for 30 s; the watch repairs that in one round trip, the periodic re-list
+covers a watch that is down. API failures (5xx, 409, timeouts, anything) are
+``Recoverable``: logged and retried with backoff, never allowed to end the daemon.
 
 The Kubernetes client (``nri_resmgr.kube.KubeClient``) is consumed through the ``KubeApi``
 protocol below, the part of its API we use, so fast tests can pass an in-process fake.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import trio
 
@@ -37,6 +38,7 @@ from nri_resmgr.dra.slice_spec import (
 from nri_resmgr.errors import Recoverable
 from nri_resmgr.kube import ApiResource, KubeClient, KubeObject, NotFound, ObjectList
 from nri_resmgr.kube.resources import NODES
+from nri_resmgr.kube.watch import EventType, Watch, WatchEvent
 from nri_resmgr.resmgr.model import Device
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,15 @@ class KubeApi(Protocol):
     ) -> KubeObject: ...
 
 
+@runtime_checkable
+class WatchApi(Protocol):
+    """Watching, when the client has it (the real one does; fast-test fakes need not)."""
+
+    def watch(
+        self, resource: ApiResource, namespace: str | None = None, *, field_selector: str | None
+    ) -> Watch: ...
+
+
 def _client_satisfies_protocol(client: KubeClient) -> KubeApi:
     return client  # mypy proves the real client fits KubeApi
 
@@ -136,6 +147,10 @@ class SlicePublisher:
         """Watch events that asked for a sync (a slice changed or vanished behind our back)."""
 
     @property
+    def _selector(self) -> str:
+        return f"spec.nodeName={self.node_name},spec.driver={self.driver}"
+
+    @property
     def api_version(self) -> str:
         return self._versions[0]
 
@@ -144,10 +159,35 @@ class SlicePublisher:
         self._wake.set()
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            if isinstance(self.kube, WatchApi):
+                nursery.start_soon(self._watch_own, self.kube)
+            task_status.started()
+            while True:
+                if await self._sync_with_retry():
+                    await self._wait_for_trigger(self.resync_interval)
+
+    async def _watch_own(self, kube: WatchApi) -> None:
+        """Sync as soon as one of our slices changes or vanishes behind our back (kubelet
+        wipes a node's slices when it starts): repaired in one round trip, not a resync.
+        Events of our own writes (their resourceVersions) are ignored."""
         while True:
-            if await self._sync_with_retry():
-                await self._wait_for_trigger(self.resync_interval)
+            try:
+                watch = kube.watch(resource_slices(self.api_version), field_selector=self._selector)
+                async with watch:
+                    async for event in watch:
+                        if self._foreign(event):
+                            self.watch_events += 1
+                            self.trigger()
+            except Exception as e:
+                log.warning("watching own ResourceSlices failed, retrying: %s", describe(e))
+            await trio.sleep(WATCH_RETRY)
+
+    def _foreign(self, event: WatchEvent) -> bool:
+        if event.type is EventType.RESET:
+            return True  # a (re)list: changes during a gap in the watch are not reported
+        version = str(((event.object or {}).get("metadata") or {}).get("resourceVersion") or "")
+        return event.type is EventType.DELETED or version not in self._own_versions
 
     async def _sync_with_retry(self) -> bool:
         try:
@@ -226,11 +266,10 @@ class SlicePublisher:
         return SliceOwner(self.node_name, uid)
 
     async def _list_own(self) -> list[Mapping[str, Any]]:
-        selector = f"spec.nodeName={self.node_name},spec.driver={self.driver}"
         while True:
             try:
                 result = await self.kube.list(
-                    resource_slices(self.api_version), field_selector=selector
+                    resource_slices(self.api_version), field_selector=self._selector
                 )
             except NotFound:
                 self._next_version()

@@ -26,6 +26,7 @@ from nri_resmgr.kube.resources import RESOURCE_CLAIMS, TEMPLATE_POLICIES
 from tests.agent.conftest import template_crd  # noqa: F401  (fixture)
 from tests.agent.test_agent_integration import cr
 from tests.agent.test_process import admin, daemon  # noqa: F401  (fixture)
+from tests.conformance.peer import HarnessError
 from tests.dra.kubelet_peer import kubelet_peer, peer_binary
 from tests.kube.apiserver import ApiServer
 
@@ -110,7 +111,8 @@ async def test_kubelets_own_code_registers_prepares_rewipes_and_deregisters(
     kubelet_args: dict[str, Any] = {"kubeconfig": template_crd.kubeconfig, "node": node,
                                     "registry": registry, "state": state,
                                     "log": tmp_path / "kubelet.log"}  # fmt: skip
-    args = ("--kubelet-plugins-dir", str(plugins), "--kubelet-registry-dir", str(registry))
+    args = ("--kubelet-plugins-dir", str(plugins), "--kubelet-registry-dir", str(registry),
+            "--cdi-dir", str(node_dirs / "cdi"), "--dra-state-dir", str(state))  # fmt: skip
     async with kubelet_peer(kubelet_binary, **kubelet_args) as kubelet:
         with daemon(template_crd, ns, node, tmp_path, *args) as d:
             # Discovery, GetInfo and the version choice, by kubelet's plugin manager.
@@ -125,9 +127,11 @@ async def test_kubelets_own_code_registers_prepares_rewipes_and_deregisters(
             pod["spec"]["resourceClaims"][0]["resourceClaimName"] = await allocated_claim(
                 client, ns, node, pod
             )
-            prepared = await kubelet.prepare(pod)
-            assert prepared["cdi_devices"] == {"c": []}  # the policies offer no devices yet
-            await kubelet.unprepare(pod)
+            # The template policy offers no devices: the claim's device is refused by name,
+            # and kubelet reports our per-claim error.
+            with pytest.raises(HarnessError, match=r"unknown device\(s\) cpu-0: driver "):
+                await kubelet.prepare(pod)
+            await kubelet.unprepare(pod)  # a claim never prepared here: success
 
             # kubelet restarts: its start-up wipes the node's slices; we register again and
             # the slice is published anew.

@@ -32,17 +32,24 @@ DRA_BLOCK = re.compile(
 SLICE_RULE = {
     "apiGroups": ["resource.k8s.io"],
     "resources": ["resourceslices"],
-    "verbs": ["list", "create", "update", "delete"],
+    "verbs": ["list", "watch", "create", "update", "delete"],
 }
+CLAIM_RULE = {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]}
 DRA_MOUNTS = {
     "kubelet-plugins": "/var/lib/kubelet/plugins",
     "kubelet-plugins-registry": "/var/lib/kubelet/plugins_registry",
+    "cdi-specs": "/var/run/cdi",
+    "dra-state": "/var/lib/nri-resmgr",
 }
 DRA_ARGS = [
     "--kubelet-plugins-dir",
     "/var/lib/kubelet/plugins",
     "--kubelet-registry-dir",
     "/var/lib/kubelet/plugins_registry",
+    "--cdi-dir",
+    "/var/run/cdi",
+    "--dra-state-dir",
+    "/var/lib/nri-resmgr",
 ]
 
 NRT_RULE = {
@@ -106,7 +113,23 @@ def test_dra_rbac_and_mounts_exactly_when_enabled(render: Render, policy: str, s
     enabled = state == "enabled"
     rules = one(docs, "ClusterRole")["rules"]
     assert (SLICE_RULE in rules) is enabled
-    assert not any("resource.k8s.io" in r["apiGroups"] for r in rules if r != SLICE_RULE)
+    assert (CLAIM_RULE in rules) is enabled
+    dra_rules = (SLICE_RULE, CLAIM_RULE)
+    assert not any("resource.k8s.io" in r["apiGroups"] for r in rules if r not in dra_rules)
+    classes = [d for d in docs if d["kind"] == "DeviceClass"]
+    driver = f"{policy}.nri.io"
+    assert classes == (
+        [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": classes[0]["metadata"] | {"name": driver},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+            }
+        ]
+        if enabled
+        else []
+    )
     for name, path in DRA_MOUNTS.items():
         assert (volumes(docs).get(name) == path) is enabled
         assert (mounts(docs).get(name) == path) is enabled
@@ -141,7 +164,10 @@ def test_unset_equals_a_chart_without_any_dra(
         text = template.read_text()
         cut += len(DRA_BLOCK.findall(text))
         template.write_text(DRA_BLOCK.sub("", text))
-    assert cut == 5, "expected the RBAC block, the args, the mounts, the volumes, the slice policy"
+    assert cut == 6, (
+        "expected the RBAC block, the args, the mounts, the volumes, the slice policy, "
+        "the DeviceClass"
+    )
     assert helm.template(stripped) == render(policy, "unset")
     # With the gates gone, even asking for DRA adds nothing but the CR's value.
     asked = helm.template(stripped, *DRA_STATES["enabled"])
@@ -152,13 +178,14 @@ def test_unset_equals_a_chart_without_any_dra(
 def test_enabled_adds_only_the_dra_pieces(render: Render, policy: str) -> None:
     enabled, unset = documents(render(policy, "enabled")), documents(render(policy, "unset"))
     one(enabled, "ClusterRole")["rules"].remove(SLICE_RULE)
+    one(enabled, "ClusterRole")["rules"].remove(CLAIM_RULE)
     pod = one(enabled, "DaemonSet")["spec"]["template"]["spec"]
     pod["volumes"] = [v for v in pod["volumes"] if v["name"] not in DRA_MOUNTS]
     c = pod["containers"][0]
     c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] not in DRA_MOUNTS]
     c["args"] = [a for a in c["args"] if a not in DRA_ARGS]
     del _config_cr(enabled)["spec"]["dra"]
-    slice_policy = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    slice_policy = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DeviceClass"}
     assert sorted(d["kind"] for d in enabled if d["kind"] in slice_policy) == sorted(slice_policy)
     enabled = [d for d in enabled if d["kind"] not in slice_policy]
     assert enabled == unset

@@ -1,0 +1,166 @@
+"""A node for claim tests: topology-aware on the synthetic n4c16 machine, the resource manager
+with a runtime that applies its updates, and a ClaimPreparer against an in-process claim
+store (the fast stand-in for the API server; the real one is in test_claims_apiserver)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from nri_resmgr.dra.cdi import CdiWriter
+from nri_resmgr.dra.claims import ClaimPreparer
+from nri_resmgr.dra.service import ClaimRef
+from nri_resmgr.dra.state import ClaimStore
+from nri_resmgr.kube import ApiResource, KubeObject, NotFound
+from nri_resmgr.resmgr.manager import ResourceManager
+from nri_resmgr.resmgr.model import Container, Pod, Update, claim_env_name
+from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.resmgr.policy import PolicyEnv
+from tests.policies.workload import Runtime, topology_spec
+from tests.sysfs.fakesys import N4C16, write_sysfs
+
+DRIVER = "topology-aware.nri.io"
+NODE = "node-1"
+
+
+def claim_object(
+    uid: str,
+    devices: Sequence[str],
+    *,
+    name: str | None = None,
+    driver: str = DRIVER,
+    pool: str = NODE,
+    request: str = "cpus",
+    **result_extra: Any,
+) -> KubeObject:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name or f"claim-{uid}", "namespace": "default", "uid": uid},
+        "spec": {"devices": {"requests": [{"name": request}]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": request, "driver": driver, "pool": pool, "device": d}
+                        | result_extra
+                        for d in devices
+                    ]
+                }
+            }
+        },
+    }
+
+
+class Claims:
+    """The ClaimReader: ResourceClaims by namespace/name, with an injectable failure."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], KubeObject] = {}
+        self.error: Exception | None = None
+        self.gets = 0
+
+    def add(self, obj: KubeObject) -> None:
+        meta = obj["metadata"]
+        self.objects[(meta["namespace"], meta["name"])] = obj
+
+    async def get(
+        self,
+        resource: ApiResource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> KubeObject:
+        self.gets += 1
+        assert resource.plural == "resourceclaims"
+        if self.error is not None:
+            raise self.error
+        obj = self.objects.get((namespace or "", name))
+        if obj is None:
+            raise NotFound(404, "NotFound", f'resourceclaims "{name}" not found')
+        return copy.deepcopy(obj)
+
+
+class AppliedRuntime:
+    """The manager's RuntimeUpdater: applies UpdateContainers to a Runtime view."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.batches: list[list[Update]] = []
+
+    async def update_containers(self, updates: Sequence[Update]) -> list[Update]:
+        self.batches.append(list(updates))
+        self.runtime.apply(list(updates))
+        return []
+
+
+@attrs.define
+class Node:
+    root: Path
+    policy: TopologyAwarePolicy
+    manager: ResourceManager
+    runtime: Runtime
+    updater: AppliedRuntime
+    claims: Claims
+    preparer: ClaimPreparer
+    cdi_dir: Path
+    state_dir: Path
+
+    def ref(self, uid: str) -> ClaimRef:
+        meta = self.claim_meta(uid)
+        return ClaimRef(uid, meta.get("namespace", "default"), meta.get("name", f"claim-{uid}"))
+
+    def claim_meta(self, uid: str) -> dict[str, Any]:
+        for obj in self.claims.objects.values():
+            if obj["metadata"]["uid"] == uid:
+                return dict(obj["metadata"])
+        return {"namespace": "default", "name": f"claim-{uid}"}
+
+    def restart(self) -> Node:
+        """A new daemon on the same machine, state and CDI directories; the runtime keeps
+        its containers (the caller synchronizes)."""
+        return make_node(self.root, self.cdi_dir, self.state_dir, self.claims, self.runtime)
+
+
+def make_node(
+    root: Path,
+    cdi_dir: Path | None = None,
+    state_dir: Path | None = None,
+    claims: Claims | None = None,
+    old_runtime: Runtime | None = None,
+) -> Node:
+    if not (root / "sys").exists():
+        write_sysfs(root, N4C16)
+    cdi_dir = cdi_dir or root / "cdi"
+    state_dir = state_dir or root / "state"
+    policy = TopologyAwarePolicy()
+    manager = ResourceManager(policy, topology_spec(), PolicyEnv(host_root=str(root)))
+    runtime = Runtime(policy)
+    if old_runtime is not None:
+        runtime.pods, runtime.containers = old_runtime.pods, old_runtime.containers
+        runtime.cpus, runtime.mems = old_runtime.cpus, old_runtime.mems
+    updater = AppliedRuntime(runtime)
+    manager.attach_runtime(updater)
+    claims = claims or Claims()
+    preparer = ClaimPreparer(
+        manager, claims, DRIVER, NODE, ClaimStore(state_dir), CdiWriter(cdi_dir, DRIVER)
+    )
+    preparer.restore(policy)
+    return Node(root, policy, manager, runtime, updater, claims, preparer, cdi_dir, state_dir)
+
+
+def with_claim_env(c: Container, uid: str, cpus: str) -> Container:
+    """``c`` as containerd creates it once the claim's CDI device was injected."""
+    return attrs.evolve(c, claims={**c.claims, uid: cpus})
+
+
+def env_line(uid: str, cpus: str) -> str:
+    return f"{claim_env_name(uid)}={cpus}"
+
+
+__all__ = ["Pod"]
