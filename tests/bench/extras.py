@@ -47,11 +47,18 @@ def policy_decisions(policies: tuple[str, ...] = ("topology-aware", "balloons"))
 async def dra_chain(n: int) -> dict[str, Any]:
     """tests.bench_dra_chain: real scheduler allocation and slice wipe repair."""
     try:
-        bench_chain = importlib.import_module("tests.bench_dra_chain").bench_chain
-        result: dict[str, Any] = await bench_chain(n)
+        module = importlib.import_module("tests.bench_dra_chain")
+        result: dict[str, Any] = await module.bench_chain(n)
     except Exception as exc:
         traceback.print_exc()
-        return unavailable(exc)
+        result = unavailable(exc)
+    for key, on_disk in (("prepare", True), ("prepare_tmpfs", False)):
+        try:
+            calls = 100 if n < 20 else 500
+            result[key] = await module.bench_prepare_claim(calls, state_on_disk=on_disk)
+        except Exception as exc:
+            traceback.print_exc()
+            result[key] = unavailable(exc)
     return result
 
 
