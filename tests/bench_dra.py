@@ -91,10 +91,115 @@ async def _nri_load(manager: ResourceManager, ops: list[int]) -> None:
         await trio.sleep(0)  # let the DRA handlers in between, as separate NRI requests would
 
 
+def _summary(name: str, samples_ns: list[int], **extra: Any) -> dict[str, Any]:
+    micros = sorted(s / 1000 for s in samples_ns)
+    return {
+        "name": name,
+        "calls": len(micros),
+        **extra,
+        "median_us": round(statistics.median(micros), 1),
+        "p99_us": round(micros[min(len(micros) - 1, int(len(micros) * 0.99))], 1),
+    }
+
+
+SHM = Path("/dev/shm")
+
+
+async def bench_claim_prepare(n: int = 1000, *, state_on_tmpfs: bool = False) -> dict[str, Any]:
+    """Prepare of one claim of 2 CPUs (cpu6, cpu7) with the ResourceClaim GET answered in
+    process (excluded): device mapping, the policy claim under the manager lock with the
+    UpdateContainers of 8 shared containers, the CDI spec (on tmpfs, as /var/run/cdi is) and
+    the fsynced state file (on the disk of the temporary directory, as /var/lib is, or on
+    tmpfs). Each prepare is undone by an (untimed) unprepare."""
+    from tests.dra.claim_setup import claim_object, make_node
+    from tests.policies.workload import besteffort
+
+    shm = SHM if SHM.is_dir() else None
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-claim-") as tmp,
+        tempfile.TemporaryDirectory(prefix="bench-claim-", dir=shm) as fast,
+    ):
+        state = Path(fast if state_on_tmpfs else tmp) / "state"
+        node = make_node(Path(tmp), cdi_dir=Path(fast) / "cdi", state_dir=state)
+        for i in range(8):
+            node.runtime.create(besteffort(f"be{i}"))
+        samples = []
+        for i in range(WARM_UP + n):
+            uid = f"00000000-0000-0000-0000-{i:012d}"
+            node.claims.add(claim_object(uid, ["cpu6", "cpu7"]))
+            ref = node.ref(uid)
+            start = time.perf_counter_ns()
+            outcome = await node.preparer.prepare([ref])
+            elapsed = time.perf_counter_ns() - start
+            assert outcome[uid].error == "", outcome[uid].error
+            await node.preparer.unprepare([ref])
+            if i >= WARM_UP:
+                samples.append(elapsed)
+    where = "tmpfs" if state_on_tmpfs else "disk"
+    return _summary(f"dra_prepare_cpu_claim_state_on_{where}", samples, cpus=2, shared_containers=8)
+
+
+async def bench_slice_repair(rounds: int = 20) -> dict[str, Any]:
+    """From deleting every slice of a 200-device pool (2 slices), as kubelet's start-up wipe
+    does, to both back (seen by a client polling every 5 ms), against a real kube-apiserver;
+    the publisher's re-list is 300 s, so the watch is what repairs it."""
+    from nri_resmgr.backoff import Backoff
+    from nri_resmgr.dra.publisher import SlicePublisher, resource_slices
+    from nri_resmgr.kube import KubeClient
+    from nri_resmgr.kube.resources import NODES
+    from nri_resmgr.resmgr.model import Device
+    from tests.kube.apiserver import start_apiserver
+
+    slices_api = resource_slices("v1")
+    devices = [Device(f"cpu{i}", {"cpuID": i}) for i in range(200)]
+
+    async def current() -> list[Device]:
+        return devices
+
+    with tempfile.TemporaryDirectory(prefix="bench-slices-") as tmp:
+        server = start_apiserver(Path(tmp))
+        try:
+            async with KubeClient(server.config()) as kube:
+                await kube.create(NODES, {"metadata": {"name": "bench-node"}})
+                publisher = SlicePublisher(
+                    kube, current, "topology-aware.nri.io", "bench-node",
+                    resync_interval=300.0, backoff=Backoff(initial=0.05, maximum=1.0),
+                )  # fmt: skip
+                selector = "spec.nodeName=bench-node"
+
+                async def names() -> set[str]:
+                    found = await kube.list(slices_api, field_selector=selector)
+                    return {o["metadata"]["name"] for o in found.items}
+
+                samples = []
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(publisher.run)
+                    while len(await names()) != 2:
+                        await trio.sleep(0.005)
+                    for _ in range(rounds):
+                        old = await names()
+                        start = time.perf_counter_ns()
+                        for name in old:
+                            await kube.delete(slices_api, name)
+                        while True:
+                            now = await names()
+                            if len(now) == 2 and now.isdisjoint(old):
+                                break
+                            await trio.sleep(0.005)
+                        samples.append(time.perf_counter_ns() - start)
+                    nursery.cancel_scope.cancel()
+        finally:
+            server.shutdown()
+    return _summary("dra_wiped_pool_republished", samples, devices=200, slices=2)
+
+
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
     for load in (False, True):
         print(trio.run(partial(bench_prepare, n, nri_load=load)))
+    for on_tmpfs in (False, True):
+        print(trio.run(partial(bench_claim_prepare, min(n, 1000), state_on_tmpfs=on_tmpfs)))
+    print(trio.run(bench_slice_repair))
 
 
 if __name__ == "__main__":

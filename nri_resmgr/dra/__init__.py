@@ -1,8 +1,8 @@
 """The DRA kubelet plugin: node infrastructure owned by the resource manager.
 
-It knows nothing of CPUs or memory: which devices exist and what preparing a claim means is
-the policy's business, reached through ``ResourceManager.dra_devices/prepare_claims/
-unprepare_claims``.
+Which devices exist and which CPUs a claim stands for is the policy's business
+(``ResourceManager.dra_devices/claim_cpus/release_claim``); this package reads the claims,
+writes their CDI specs and records (``claims``, ``cdi``, ``state``) and publishes the slices.
 """
 
 from nri_resmgr.dra.plugin import KubeletPlugin, driver_name_for

@@ -59,7 +59,9 @@ class CdiWriter:
         path = self.path(claim_uid)
         data = json.dumps(self.spec(claim_uid, cpus), indent=1).encode()
         try:
-            write_atomically(path, data, mode=0o644)
+            # No fsync: the CDI directory is tmpfs (/var/run), and a spec lost with the
+            # machine is rewritten from the state file at start (``ClaimPreparer.restore``).
+            write_atomically(path, data, mode=0o644, durable=False)
         except OSError as e:
             raise CdiError(f"cannot write CDI spec {path}: {e.strerror or e}") from e
         return path

@@ -236,11 +236,13 @@ class SlicePublisher:
         generation = max((pool_generation(s) + 1 for s in ours or slices), default=0)
         resource = resource_slices(self.api_version)
         for index in range(desired.slice_count):
+            written = None
             if index < len(ours):
                 body = desired.updated_object(ours[index], self.api_version, generation, index)
-                written = await self.kube.replace(resource, body)
+                with contextlib.suppress(NotFound):  # deleted since the list (a wipe): create
+                    written = await self.kube.replace(resource, body)
                 verb = "updated"
-            else:
+            if written is None:
                 body = desired.new_object(self.api_version, generation, index)
                 written = await self.kube.create(resource, body)
                 verb = "created"

@@ -1,8 +1,11 @@
 """The prepared claims on disk: what Unprepare must release, also after a daemon restart.
 
 One JSON file (``dra-claims.json`` in the state directory) holding every prepared claim.
-Writes are atomic: a temporary file in the same directory, fsync, rename over the old one,
-fsync of the directory; a reader sees the old content or the new, never a half-written file.
+Writes are atomic: a temporary file in the same directory, fsync, rename over the old one; a
+reader sees the old content or the new, never a half-written file, also after a power loss
+(the data is on disk before the rename). The directory is not fsynced: a rename lost to a
+power loss leaves the previous, consistent record, and after a reboot kubelet prepares the
+pods' claims again (unknown claims unprepare as success), so one fsync per write suffices.
 A file that does not parse is never overwritten: the store is marked broken with the reason,
 every Prepare/Unprepare answers that reason until an operator removes the file.
 """
@@ -141,8 +144,9 @@ def parse(text: str) -> dict[str, ClaimRecord]:
     return {str(uid): ClaimRecord.from_json(str(uid), raw) for uid, raw in claims.items()}
 
 
-def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """``path`` holds ``data`` or what it held before, whatever fails when."""
+def write_atomically(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = True) -> None:
+    """``path`` holds ``data`` or what it held before, whatever fails when; ``durable``:
+    the data reaches the disk before the rename (not needed on tmpfs)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # No .json suffix on the temporary name: CDI scanners read only .json/.yaml files.
     tmp = path.with_name(f".{path.name}.tmp")
@@ -150,18 +154,14 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def describe(e: BaseException) -> str:

@@ -67,7 +67,9 @@ async def test_dra_daemon_registers_serves_publishes_and_dies_when_its_socket_go
     plugins, registry = kubelet_dirs
     reg_sock, dra_sock = registry / f"{DRIVER}-reg.sock", plugins / DRIVER / "dra.sock"
     await client.create(TEMPLATE_POLICIES, cr("default", "750m", dra={"enabled": True}), ns)
-    args = ("--kubelet-plugins-dir", str(plugins), "--kubelet-registry-dir", str(registry))
+    args = ("--kubelet-plugins-dir", str(plugins), "--kubelet-registry-dir", str(registry),
+            "--cdi-dir", str(tmp_path / "cdi"),
+            "--dra-state-dir", str(tmp_path / "state"))  # fmt: skip
     kubelet = Kubelet(kubelet_stubs)
     try:
         with daemon(template_crd, ns, node, tmp_path, *args) as d:
@@ -77,7 +79,8 @@ async def test_dra_daemon_registers_serves_publishes_and_dies_when_its_socket_go
             await kubelet.notify(reg_sock, True)
             for version in ("v1", "v1beta1"):
                 reply = await kubelet.prepare(version, kubelet.channel(dra_sock), "uid-1")
-                assert reply.claims["uid-1"].error == ""
+                # Served, and per claim: the daemon asked the apiserver, which has no such claim.
+                assert "not found" in reply.claims["uid-1"].error
             published = await wait_slice(client, node)
             node_uid = (await client.get(NODES, node))["metadata"]["uid"]
             owner = published["metadata"]["ownerReferences"][0]  # type: ignore[index]

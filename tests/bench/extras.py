@@ -77,6 +77,19 @@ async def dra_prepare(n: int) -> dict[str, Any]:
         except Exception as exc:
             traceback.print_exc()
             out[key] = unavailable(exc)
+    # CPU claims (issue 17): Prepare of a 2-CPU claim without the API GET; wiped pool back.
+    bench_dra = importlib.import_module("tests.bench_dra")
+    for key, run in (
+        ("cpu_claim_state_on_disk", partial(bench_dra.bench_claim_prepare, min(n, 1000))),
+        ("cpu_claim_state_on_tmpfs",
+         partial(bench_dra.bench_claim_prepare, min(n, 1000), state_on_tmpfs=True)),
+        ("wiped_pool_back (real apiserver)", bench_dra.bench_slice_repair),
+    ):  # fmt: skip
+        try:
+            out[key] = await run()
+        except Exception as exc:
+            traceback.print_exc()
+            out[key] = unavailable(exc)
     return out
 
 

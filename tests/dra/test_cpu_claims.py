@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from nri_resmgr.dra.cdi import CDI_VERSION
+from nri_resmgr.errors import ConfigError
 from nri_resmgr.nri import convert
 from nri_resmgr.resmgr.cpuset import CpuSet
 from tests.dra.claim_setup import DRIVER, claim_object, env_line, make_node, with_claim_env
-from tests.policies.workload import besteffort, guaranteed
+from tests.policies.workload import besteffort, guaranteed, topology_spec
 
 UID = "0b6f1c2e-9d4a-4e57-8a3b-2c1d5e6f7a80"
 
@@ -171,3 +174,23 @@ async def test_a_claim_restored_after_synchronize_moves_its_container_back(
 
     assert fresh.runtime.cpus[claimed.id] == "6-7"
     assert fresh.policy.claims.bound == {claimed.id: (UID,)}
+
+
+async def test_a_reconfiguration_keeps_claims_and_refuses_to_reserve_claimed_cpus(
+    tmp_path: Path,
+) -> None:
+    node = make_node(tmp_path)
+    be = node.runtime.create(besteffort("be"))
+    node.claims.add(claim_object(UID, ["cpu6", "cpu7"]))
+    await node.preparer.prepare([node.ref(UID)])
+    pod, c = besteffort("dra")
+    claimed = node.runtime.create((pod, with_claim_env(c, UID, "6-7")))
+
+    with pytest.raises(ConfigError, match="cpus 6 are claimed by prepared DRA claims"):
+        await node.manager.reconfigure(topology_spec(reserved="cpuset:6"))
+    assert node.policy.claims.claims == {UID: CpuSet([6, 7])}
+
+    await node.manager.reconfigure(topology_spec(reserved="cpuset:0-1"))
+    assert [d.name for d in node.policy.dra_devices()][:1] == ["cpu2"]
+    assert node.runtime.cpus[claimed.id] == "6-7"
+    assert shared_of(node.runtime.cpus, be.id).isdisjoint(CpuSet([0, 1, 6, 7]))

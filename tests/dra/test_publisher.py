@@ -225,3 +225,27 @@ def test_a_node_name_is_required() -> None:
 
     with pytest.raises(ValueError, match="node_name must not be empty"):
         SlicePublisher(FakeKube({}), no_devices, DRIVER, "")
+
+
+async def test_a_large_pool_is_split_into_slices_of_one_generation_and_left_alone(
+    running: Any, autojump_clock: trio.abc.Clock
+) -> None:
+    s: Setup = await running(FakeKube({NODE: NODE_UID}))
+    await eventually(lambda: s.publisher.syncs >= 1)
+    s.devices.extend(Device(f"cpu{i}", {"cpuID": i}) for i in range(300))
+    s.publisher.trigger()
+    await eventually(lambda: len(s.kube.by_driver(DRIVER)) == 3)
+
+    slices = s.kube.by_driver(DRIVER)
+    assert sorted(len(o["spec"]["devices"]) for o in slices) == [44, 128, 128]
+    assert {o["spec"]["pool"]["resourceSliceCount"] for o in slices} == {3}
+    assert {o["spec"]["pool"]["generation"] for o in slices} == {1}
+    names = [d["name"] for o in slices for d in o["spec"]["devices"]]
+    assert sorted(names) == sorted(f"cpu{i}" for i in range(300))
+
+    # Nothing changed: later syncs write nothing.
+    writes = [c for c in s.kube.calls if c in ("create", "replace", "delete")]
+    syncs = s.publisher.syncs
+    s.publisher.trigger()
+    await eventually(lambda: s.publisher.syncs > syncs)
+    assert [c for c in s.kube.calls if c in ("create", "replace", "delete")] == writes

@@ -47,6 +47,7 @@ class TopologyAwarePolicy(HardwarePolicy):
         super().__init__(system)
         self._engine: Engine | None = None
         self.claims = ClaimBook()
+        self._devices: tuple[Engine, list[Device]] | None = None
 
     @property
     def engine(self) -> Engine:
@@ -258,8 +259,13 @@ class TopologyAwarePolicy(HardwarePolicy):
     # -- DRA ------------------------------------------------------------------------------
 
     def dra_devices(self) -> list[Device]:
+        # Devices depend only on the machine and the engine's offer (a new engine per
+        # configuration): built once per engine, not on every Prepare and publication.
         engine = self.engine
-        return cpu_devices(self.system, engine.allowed - engine.reserved, self.env.host_root)
+        if self._devices is None or self._devices[0] is not engine:
+            offered = engine.allowed - engine.reserved
+            self._devices = (engine, cpu_devices(self.system, offered, self.env.host_root))
+        return list(self._devices[1])
 
     def claim_cpus(self, claim_uid: str, cpus: CpuSet) -> list[Update]:
         engine = self.engine
