@@ -198,13 +198,13 @@ def rows(d: dict[str, Any]) -> Iterator[str]:
     yield ""
     yield "| DRA chain (real apiserver + kube-scheduler) | median (ms) | p90 (ms) | max (ms) |"
     yield "|---|---:|---:|---:|"
-    if "unavailable" in d:
-        yield f"| unavailable: {d['unavailable']} | | | |"
-        return
     for key, title in (("allocate_ms", "pod created → claim allocated"),
                        ("wipe_repair_ms", "slice deleted → slice back")):  # fmt: skip
-        s = d[key]
-        yield f"| {title} | {s['median']} | {s['p90']} | {s['max']} |"
+        s = d.get(key)
+        if s is None:
+            yield f"| {title}: unavailable: {d.get('unavailable', 'not run')} | | | |"
+        else:
+            yield f"| {title} | {s['median']} | {s['p90']} | {s['max']} |"
     yield ""
     yield "| DRA prepare, one 2-CPU claim, API GET excluded | median (µs) | p99 (µs) |"
     yield "|---|---:|---:|"
