@@ -6,14 +6,8 @@
 - ``wipe_repair``: our ResourceSlice deleted (as kubelet's start-up wipe does), until the
   publisher has a slice with the same devices back — the issue's target is ≤ 1 s.
 
-- ``prepare``: ``ClaimPreparer.prepare`` of one 2-CPU claim (cpu6, cpu7) on topology-aware
-  (n4c16, eight shared containers to move off them), in-process: the claim GET is served from
-  memory (the API round trip is excluded), the rest is the product's path — device mapping,
-  the policy claim under the manager lock with its UpdateContainers, the CDI spec and the
-  fsync'ed state file. Each sample is followed by an unprepare (not timed).
-
-The first two are observed by polling the apiserver every ``POLL`` seconds, so the figures
-carry up to that much resolution error. The publisher is the daemon's ``SlicePublisher`` with its
+Both are observed by polling the apiserver every ``POLL`` seconds, so the figures carry up
+to that much resolution error. The publisher is the daemon's ``SlicePublisher`` with its
 production settings, in-process; the devices are topology-aware's for the synthetic n4c16
 machine (CPU 0 reserved). Run ``python -m tests.bench_dra_chain [n]`` or ``nox -s bench``.
 """
@@ -45,9 +39,7 @@ POLL = 0.002
 SLICES = resource_slices("v1")
 SLOW, SLOW_SAMPLES = 5.0, 3  # a repair that waits for a periodic resync: a few samples do
 
-PREPARE_WARM_UP = 20
-
-__all__ = ["bench_chain", "bench_prepare_claim", "rows"]
+__all__ = ["bench_chain", "rows"]
 
 
 def devices() -> list[Device]:
@@ -142,48 +134,6 @@ async def _slices(client: KubeClient, node: str) -> list[dict[str, Any]]:
     return list(found.items)
 
 
-async def bench_prepare_claim(n: int = 500, *, state_on_disk: bool = True) -> dict[str, Any]:
-    """Median and p99 (µs) of preparing one 2-CPU claim, the API GET excluded.
-
-    As deployed, the CDI directory (/var/run/cdi) is a tmpfs and the state directory
-    (/var/lib/nri-resmgr) a disk, whose fsyncs dominate: ``state_on_disk=False`` puts the
-    state on tmpfs too, to show what the rest costs.
-    """
-    from tests.dra.claim_setup import claim_object, make_node
-    from tests.policies.workload import besteffort
-
-    samples: list[int] = []
-    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-claim-", dir="/var/tmp") as disk,
-        tempfile.TemporaryDirectory(prefix="bench-claim-", dir=shm) as fast,
-    ):
-        state = Path(disk if state_on_disk else fast) / "state"
-        node = make_node(Path(disk), Path(fast) / "cdi", state)
-        for i in range(8):
-            node.runtime.create(besteffort(f"be{i}"))
-        for i in range(PREPARE_WARM_UP + n):
-            uid = str(uuid.UUID(int=i + 1))
-            node.claims.objects.clear()
-            node.claims.add(claim_object(uid, ["cpu6", "cpu7"]))
-            ref = node.ref(uid)
-            started = time.perf_counter_ns()
-            [outcome] = (await node.preparer.prepare([ref])).values()
-            elapsed = time.perf_counter_ns() - started
-            if outcome.error:
-                raise RuntimeError(f"prepare failed: {outcome.error}")
-            await node.preparer.unprepare([ref])
-            if i >= PREPARE_WARM_UP:
-                samples.append(elapsed)
-    micros = sorted(s / 1000 for s in samples)
-    return {
-        "calls": n,
-        "state_on_disk": state_on_disk,
-        "median_us": round(statistics.median(micros), 1),
-        "p99_us": round(micros[min(len(micros) - 1, int(len(micros) * 0.99))], 1),
-    }
-
-
 def _summary(seconds: list[float]) -> dict[str, float]:
     ms = sorted(s * 1000 for s in seconds)
     return {
@@ -205,23 +155,11 @@ def rows(d: dict[str, Any]) -> Iterator[str]:
             yield f"| {title}: unavailable: {d.get('unavailable', 'not run')} | | | |"
         else:
             yield f"| {title} | {s['median']} | {s['p90']} | {s['max']} |"
-    yield ""
-    yield "| DRA prepare, one 2-CPU claim, API GET excluded | median (µs) | p99 (µs) |"
-    yield "|---|---:|---:|"
-    for key, title in (("prepare", "state file on disk (as deployed)"),
-                       ("prepare_tmpfs", "state file on tmpfs")):  # fmt: skip
-        p = d.get(key) or {"unavailable": "not run"}
-        if "unavailable" in p:
-            yield f"| {title}: unavailable: {p['unavailable']} | | |"
-        else:
-            yield f"| {title}, {p['calls']} calls | {p['median_us']} | {p['p99_us']} |"
 
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     result = trio.run(partial(bench_chain, n))
-    result["prepare"] = trio.run(bench_prepare_claim)
-    result["prepare_tmpfs"] = trio.run(partial(bench_prepare_claim, state_on_disk=False))
     print(result)
     print("\n".join(rows(result)))
 

@@ -52,13 +52,6 @@ async def dra_chain(n: int) -> dict[str, Any]:
     except Exception as exc:
         traceback.print_exc()
         result = unavailable(exc)
-    for key, on_disk in (("prepare", True), ("prepare_tmpfs", False)):
-        try:
-            calls = 100 if n < 20 else 500
-            result[key] = await module.bench_prepare_claim(calls, state_on_disk=on_disk)
-        except Exception as exc:
-            traceback.print_exc()
-            result[key] = unavailable(exc)
     return result
 
 
