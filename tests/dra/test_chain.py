@@ -353,7 +353,7 @@ async def test_scheduler_to_cpuset_with_restarts(node: Node, scheduler: Schedule
         newer = objects.container(sandbox, 3, milli_cpu=500)
         reply = await h.relay("create-container", pod=sandbox, container=newer)
         assert not cpus(reply["adjust"]["linux"]["resources"]["cpu"]["cpus"]) & claimed
-        assert (node.state_dir / "dra-claims.json").exists()
+        assert uid in (node.state_dir / "dra-claims.json").read_text()
 
         # kubelet restarts: it wipes the node's slices; ours is back, same devices.
         first = await node.published()
@@ -370,6 +370,7 @@ async def test_scheduler_to_cpuset_with_restarts(node: Node, scheduler: Schedule
             await h.relay("remove-container", pod=app_sandbox, container=ctr)
         await kubelet.unprepare(pod)
         assert claim_env(node.cdi_dir, [cdi_id]) == []
+        assert uid not in (node.state_dir / "dra-claims.json").read_text()
         # The shared container grows back onto them.
         regrown = await moved(h, shared["id"], lambda got: bool(got & claimed))
         assert regrown == set(range(1, 16))
