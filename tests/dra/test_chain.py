@@ -32,7 +32,7 @@ import trio
 
 from nri_resmgr.config.schema import crd
 from nri_resmgr.dra.publisher import resource_slices
-from nri_resmgr.kube import AlreadyExists, KubeClient
+from nri_resmgr.kube import AlreadyExists, KubeClient, NotFound
 from nri_resmgr.kube.resources import (
     CUSTOM_RESOURCE_DEFINITIONS,
     NAMESPACES,
@@ -63,26 +63,46 @@ JSON = dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def ta_crd(apiserver: ApiServer) -> ApiServer:
-    async def apply() -> None:
+def ta_crd(apiserver: ApiServer) -> Iterator[ApiServer]:
+    """The TopologyAwarePolicy CRD generated from the config models, established; removed
+    again afterwards if this module created it, since the apiserver is the session's and
+    other tests install a looser CRD of the same name (``tests/kube``)."""
+    document = crd("TopologyAwarePolicy")
+    name = document["metadata"]["name"]
+
+    async def apply() -> bool:
         async with KubeClient(apiserver.config()) as client:
-            document = crd("TopologyAwarePolicy")
-            with contextlib.suppress(AlreadyExists):
+            created = True
+            try:
                 await client.create(CUSTOM_RESOURCE_DEFINITIONS, document)
+            except AlreadyExists:
+                created = False
+            with trio.fail_after(60):
+                while not await _established(client, name):
+                    await trio.sleep(0.1)
+            return created
+
+    async def remove() -> None:
+        async with KubeClient(apiserver.config()) as client:
+            await client.delete(CUSTOM_RESOURCE_DEFINITIONS, name)
             with trio.fail_after(60):
                 while True:
-                    got = await client.get(
-                        CUSTOM_RESOURCE_DEFINITIONS, document["metadata"]["name"]
-                    )
-                    conditions = (got.get("status") or {}).get("conditions") or []
-                    if any(
-                        c["type"] == "Established" and c["status"] == "True" for c in conditions
-                    ):
+                    try:
+                        await client.get(CUSTOM_RESOURCE_DEFINITIONS, name)
+                    except NotFound:
                         return
                     await trio.sleep(0.1)
 
-    trio.run(apply)
-    return apiserver
+    created = trio.run(apply)
+    yield apiserver
+    if created:
+        trio.run(remove)
+
+
+async def _established(client: KubeClient, name: str) -> bool:
+    got = await client.get(CUSTOM_RESOURCE_DEFINITIONS, name)
+    conditions = (got.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
 @pytest.fixture(scope="module")
