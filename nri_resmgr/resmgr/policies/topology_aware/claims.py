@@ -21,7 +21,6 @@ reserved) and were not exclusively held by a native container when claimed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 import attrs
 
@@ -181,20 +180,6 @@ class ClaimBook:
 def tightest_pool(engine: Engine, cpus: CpuSet) -> str:
     holding = [p for p in engine.pools if cpus.issubset(p.cpus)]
     return max(holding, key=lambda p: (p.depth, -p.index)).name if holding else engine.pools[0].name
-
-
-def split_bound(
-    book: ClaimBook, pairs: Iterable[tuple[Pod, Container, str]]
-) -> tuple[list[tuple[Pod, Container, str, Binding]], list[tuple[Pod, Container, str]]]:
-    """Containers bound to a prepared claim, and the others."""
-    bound, others = [], []
-    for pod, container, name in pairs:
-        binding = book.binding(name, container)
-        if binding is None:
-            others.append((pod, container, name))
-        else:
-            bound.append((pod, container, name, binding))
-    return bound, others
 
 
 def _entry(uid: str, cpus: CpuSet) -> Allocation:
