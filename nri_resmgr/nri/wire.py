@@ -16,7 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
+from nri_resmgr.resmgr.model import (
+    Adjustment,
+    Container,
+    ContainerState,
+    Pod,
+    Resources,
+    Update,
+    claims_from_env,
+)
 
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 _STATES = {s.value: s for s in ContainerState}
@@ -201,9 +209,15 @@ def container(buf: bytes) -> Container:
     annotations: dict[str, str] = {}
     state = pid = 0
     res_parts: dict[int, list[bytes]] = {}
+    env: list[str] = []
+    cdi_devices: list[str] = []
     for number, value in fields(buf):
         if number in strings:
             strings[number] = _text(value, number)
+        elif number == 8:  # env: what identifies a DRA claim's containers
+            env.append(_text(value, 8))
+        elif number == 20:  # CDI_devices (CDIDevice.name is its field 1)
+            cdi_devices.append(_cdi_device_name(_bytes(value, 20)))
         elif number == 4:
             state = _int(value, 4)
         elif number == 5:
@@ -225,7 +239,17 @@ def container(buf: bytes) -> Container:
         annotations=annotations,
         resources=resources(_joined(res_parts, 3)) if 3 in res_parts else None,
         pid=pid,
+        claims=claims_from_env(env),
+        cdi_devices=tuple(cdi_devices),
     )
+
+
+def _cdi_device_name(buf: bytes) -> str:
+    name = ""
+    for number, value in fields(buf):
+        if number == 1:
+            name = _text(value, 1)
+    return name
 
 
 def pod_and_container(buf: bytes, pod_field: int = 1, ctr_field: int = 2) -> tuple[Pod, Container]:

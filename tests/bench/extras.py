@@ -44,6 +44,17 @@ def policy_decisions(policies: tuple[str, ...] = ("topology-aware", "balloons"))
     return out
 
 
+async def dra_chain(n: int) -> dict[str, Any]:
+    """tests.bench_dra_chain: real scheduler allocation and slice wipe repair."""
+    try:
+        module = importlib.import_module("tests.bench_dra_chain")
+        result: dict[str, Any] = await module.bench_chain(n)
+    except Exception as exc:
+        traceback.print_exc()
+        result = unavailable(exc)
+    return result
+
+
 async def dra_prepare(n: int) -> dict[str, Any]:
     """tests.bench_dra: NodePrepareResources from a grpcio client, idle and under load."""
     try:

@@ -193,6 +193,10 @@ def _extra_rows(r: dict[str, Any]) -> Iterator[str]:
                 yield f"| {key} | unavailable: {d['unavailable']} | |"
             else:
                 yield f"| {key} | {_fmt(d['median_us'])} | {_fmt(d['p99_us'])} |"
+    if r.get("dra_chain"):
+        from tests.bench_dra_chain import rows
+
+        yield from rows(r["dra_chain"])
 
 
 def plot(results: dict[str, Any], out_dir: Path) -> Path | None:

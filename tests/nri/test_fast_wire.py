@@ -67,6 +67,8 @@ containers = st.builds(
     annotations=labels,
     resources=st.one_of(st.none(), resources),
     pid=st.integers(0, 2**32 - 1),
+    claims=st.dictionaries(st.uuids().map(str), cpuset.filter(bool), max_size=2),
+    cdi_devices=st.lists(text, max_size=2).map(tuple),
 )
 updates = st.builds(Update, container_id=text, adjustment=adjustments, ignore_failure=st.booleans())
 

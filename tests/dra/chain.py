@@ -1,0 +1,88 @@
+"""The cluster objects of the scheduler-to-cpuset chain, and the clean-up a bare apiserver needs.
+
+A DeviceClass selecting our driver, a ResourceClaim created by name (templates need the
+controller manager) asking for N CPUs on one NUMA node, and a Pod using it. Without a
+kube-controller-manager nothing deallocates a claim when its pod goes, so ``release`` does
+what the resourceclaim controller would: clears ``status``, drops the finalizer, deletes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from typing import Any
+
+import trio
+
+from nri_resmgr.kube import KubeClient, NotFound
+from nri_resmgr.kube.resources import PODS, RESOURCE_CLAIMS, ApiResource
+
+DEVICE_CLASSES = ApiResource(
+    "resource.k8s.io", "v1", "deviceclasses", namespaced=False, kind="DeviceClass"
+)
+
+JSON = dict[str, Any]
+
+__all__ = ["DEVICE_CLASSES", "allocated", "claim", "device_class", "pod", "release"]
+
+
+def device_class(driver: str) -> JSON:
+    """The DeviceClass the Helm chart ships: every device of ``driver``."""
+    expression = f'device.driver == "{driver}"'
+    return {
+        "metadata": {"name": driver},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def claim(name: str, driver: str, count: int, same: str) -> JSON:
+    """``count`` devices of the class, all with the same value of attribute ``same``
+    (a qualified name, ``<domain>/<id>``)."""
+    return {
+        "metadata": {"name": name},
+        "spec": {"devices": {
+            "requests": [{"name": "cpus", "exactly": {
+                "deviceClassName": driver, "allocationMode": "ExactCount", "count": count}}],
+            "constraints": [{"requests": ["cpus"], "matchAttribute": same}],
+        }},
+    }  # fmt: skip
+
+
+def pod(name: str, claim_name: str, cpus: int) -> JSON:
+    """A Guaranteed pod whose one container uses the claim; its native CPU request mirrors the
+    claim (kubelet and NodeResourcesFit do not count DRA CPUs, fact sheet pitfall 18)."""
+    resources = {"cpu": str(cpus), "memory": "100Mi"}
+    return {
+        "metadata": {"name": name, "uid": str(uuid.uuid4())},
+        "spec": {
+            "containers": [{"name": "app", "image": "pause",
+                            "resources": {"requests": resources, "limits": resources,
+                                          "claims": [{"name": "cpus"}]}}],
+            "resourceClaims": [{"name": "cpus", "resourceClaimName": claim_name}],
+        },
+    }  # fmt: skip
+
+
+async def allocated(client: KubeClient, ns: str, name: str, limit: float = 30.0) -> JSON:
+    """The claim once the scheduler has written its allocation."""
+    with trio.fail_after(limit):
+        while True:
+            got = await client.get(RESOURCE_CLAIMS, name, ns)
+            if (got.get("status") or {}).get("allocation"):
+                return got
+            await trio.sleep(0.02)
+
+
+async def release(client: KubeClient, ns: str, pod_name: str, claim_name: str) -> None:
+    """Deletes the pod at once (no kubelet confirms a graceful delete), then deallocates and
+    deletes the claim, as kube-controller-manager would."""
+    options = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+    with contextlib.suppress(NotFound):
+        await client.request("DELETE", PODS.object_path(pod_name, ns), body=options)
+    # Merge patches carry no resourceVersion: no conflict with the scheduler's late writes.
+    with contextlib.suppress(NotFound):
+        cleared = {"status": {"allocation": None, "reservedFor": None}}
+        await client.patch(RESOURCE_CLAIMS, claim_name, cleared, ns, subresource="status")
+        unlocked = {"metadata": {"finalizers": None}}
+        await client.patch(RESOURCE_CLAIMS, claim_name, unlocked, ns)
+        await client.delete(RESOURCE_CLAIMS, claim_name, ns)
