@@ -24,6 +24,7 @@ import trio.testing
 
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.config import PolicyDocument, PolicySpec
+from nri_resmgr.config.models import TopologyAwareSpec
 from nri_resmgr.errors import ConfigError, ResmgrError
 from nri_resmgr.nri import convert
 from nri_resmgr.nri.errors import RpcError
@@ -84,7 +85,9 @@ async def simulate(
     # The CPUs the configuration in force at the end sets apart, by the policies' own rules.
     spec = run.spec
     allowed = allowed_cpus(machine.system, spec.available_resources)
-    reserved = reserved_cpus(machine.system, spec.reserved_resources, allowed)
+    # topology-aware picks a reserved quantity with the CPU allocator, balloons by id order.
+    by_allocator = isinstance(spec, TopologyAwareSpec)
+    reserved = reserved_cpus(machine.system, spec.reserved_resources, allowed, by_allocator)
     return SimulationResult(
         policy=doc.policy_name,
         machine=machine,
