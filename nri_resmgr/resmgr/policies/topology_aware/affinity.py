@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, get_args
 
 import attrs
 import yaml
 
 from nri_resmgr.config.expressions import evaluate, key_error
-from nri_resmgr.config.models import Expression, TopologyAwareSpec
+from nri_resmgr.config.models import Expression, ExprOperator, TopologyAwareSpec
 from nri_resmgr.resmgr.annotations import DOMAIN
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.model import Container, Pod
@@ -43,19 +43,7 @@ IMPLICIT_WEIGHT = 10
 DILUTION = 0.75
 """nri-plugins' Q: an affinity on a pool counts 0.75**k in a pool k links away."""
 
-_OPERATORS = {
-    "Equals",
-    "NotEqual",
-    "In",
-    "NotIn",
-    "Exists",
-    "NotExist",
-    "AlwaysTrue",
-    "Matches",
-    "MatchesNot",
-    "MatchesAny",
-    "MatchesNone",
-}
+_OPERATORS: frozenset[str] = frozenset(get_args(ExprOperator))
 _ONE_VALUE = {"Equals", "NotEqual", "Matches", "MatchesNot"}
 _NO_VALUE = {"Exists", "NotExist", "AlwaysTrue"}
 _ALWAYS = Expression("", "AlwaysTrue")
