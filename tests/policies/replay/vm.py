@@ -134,23 +134,30 @@ def write_vm_sysfs(root: Path, topo: VmTopology, online: Iterable[int] | None = 
 
 def write_caches(root: Path, caches: Sequence[Mapping[str, Any]]) -> None:
     """Upstream's OVERRIDE_SYS_CACHES as the kernel's ``cpuN/cache/indexM`` files: one
-    index per (level, kind), data/unified before instruction, lower levels first."""
+    index per (level, kind), data/unified before instruction, lower levels first. As
+    upstream's parseCpuCacheOverrides reads it, each cpuset string of an entry is a cache
+    of its own, ids counted per (level, kind) in the order listed."""
     order = sorted({(int(c["level"]), c.get("kind", "u")) for c in caches},
                    key=lambda lk: (lk[0], lk[1] == "i"))  # fmt: skip
-    kinds = {"d": "Data", "i": "Instruction", "u": "Unified"}
     seen: dict[tuple[int, str], int] = {}
     for c in caches:
         key = (int(c["level"]), c.get("kind", "u"))
-        index = order.index(key)
-        cache_id = seen[key] = seen.get(key, -1) + 1
-        shared = CpuSet.parse(",".join(c["cpusets"]))
-        for cpu in shared:
-            d = root / f"sys/devices/system/cpu/cpu{cpu}/cache/index{index}"
-            if not d.parent.parent.is_dir():
-                continue
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "level").write_text(f"{c['level']}\n")
-            (d / "type").write_text(f"{kinds[c.get('kind', 'u')]}\n")
-            (d / "size").write_text(f"{c['size']}\n")
-            (d / "id").write_text(f"{cache_id}\n")
-            (d / "shared_cpu_list").write_text(f"{shared}\n")
+        for text in c["cpusets"]:
+            cache_id = seen[key] = seen.get(key, -1) + 1
+            _write_cache(root, c, order.index(key), cache_id, CpuSet.parse(text))
+
+
+def _write_cache(
+    root: Path, c: Mapping[str, Any], index: int, cache_id: int, shared: CpuSet
+) -> None:
+    kinds = {"d": "Data", "i": "Instruction", "u": "Unified"}
+    for cpu in shared:
+        d = root / f"sys/devices/system/cpu/cpu{cpu}/cache/index{index}"
+        if not d.parent.parent.is_dir():
+            continue
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "level").write_text(f"{c['level']}\n")
+        (d / "type").write_text(f"{kinds[c.get('kind', 'u')]}\n")
+        (d / "size").write_text(f"{c['size']}\n")
+        (d / "id").write_text(f"{cache_id}\n")
+        (d / "shared_cpu_list").write_text(f"{shared}\n")

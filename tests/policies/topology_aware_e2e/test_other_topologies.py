@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from nri_resmgr.resmgr.policies.topology_aware.pools import build_pools
+from nri_resmgr.sysfs import discover
 from tests.policies.replay.vm import write_caches, write_vm_sysfs
 from tests.policies.topology_aware_e2e.scenario import Scenario, helm_config
 from tests.policies.topology_aware_e2e.topologies import (
@@ -23,10 +23,6 @@ UB = "unlimited-burstable.resource-policy.nri.io/container"
 MT = "memory-type.resource-policy.nri.io/container"
 
 
-def xfail(item: int, why: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"issue 14 item {item}: {why}")
-
-
 # -- n4c128/test19-cacheclusters ------------------------------------------------------------
 
 # n4c128/test19-cacheclusters/helm-config.yaml (its own, not the suite's template).
@@ -38,7 +34,9 @@ CACHE_VALUES: dict[str, Any] = {
     "log": {"debug": ["resource-manager", "policy"], "source": True,
             "klog": {"skip_headers": True}},
 }  # fmt: skip
-# Its extraEnv OVERRIDE_SYS_CACHES: eight L3 clusters of 2 x 8 threads... as sysfs shows them.
+# Its extraEnv OVERRIDE_SYS_CACHES. Each cpuset string is one cache (upstream's
+# parseCpuCacheOverrides), so "0-7" and "64-71" are two L3 caches, one per NUMA node of
+# the VM: sixteen L3 caches of eight CPUs, four under each NUMA node.
 L3 = ["0-7,64-71", "8-15,72-79", "48-55,112-119", "56-63,120-127", "16-23,80-87",
       "24-31,88-95", "32-39,96-103", "40-47,104-111"]  # fmt: skip
 CACHES: list[dict[str, Any]] = [
@@ -58,13 +56,25 @@ def cache_run(tmp_path: Path, first_pod: int = 0) -> Scenario:
     return Scenario(tmp_path, N4C128, CACHE_VALUES, first_pod=first_pod, write=False)
 
 
+def test19_each_cpuset_string_is_one_l3_cache_four_per_numa_node(tmp_path: Path) -> None:
+    write_vm_sysfs(tmp_path, N4C128)
+    write_caches(tmp_path, CACHES)
+    pools = build_pools(discover(str(tmp_path)))
+    caches = [p for p in pools if p.level == "l3cache"]
+    expected = [cpus for group in L3 for cpus in group.split(",")]
+    assert sorted(str(p.cpus) for p in caches) == sorted(expected)
+    for node in (p for p in pools if p.level == "numa"):
+        under = [p for p in caches if p.parent == node.index]
+        assert len(under) == 4
+        assert all(len(p.cpus) == 8 and p.cpus.issubset(node.cpus) for p in under)
+
+
 def l3(s: Scenario, req: str, lim: str = "0", mem: str = "100M", n: int = 1) -> str:
     pod = f"pod{s.next_pod}"
     ann = [f"{UB}.{pod}c{i}: l3cache" for i in range(n)]
     return s.create("burstable", CONTCOUNT=n, CPUREQ=req, CPULIM=lim, MEMREQ=mem, ann=ann)
 
 
-@xfail(14, "L3-cache pools (with item 10's unlimited-burstable levels)")
 def test19_unlimited_burstable_levels(tmp_path: Path) -> None:
     s = cache_run(tmp_path)
     levels = [f"{UB}.pod0c0: l3cache", f"{UB}.pod0c1: system", f"{UB}.pod0c2: socket"]
@@ -73,7 +83,6 @@ def test19_unlimited_burstable_levels(tmp_path: Path) -> None:
              'len(cpus["pod0c2"]) == 64')  # fmt: skip
 
 
-@xfail(14, "L3-cache pools: promotion to NUMA when the request or limit does not fit")
 def test19_promotion(tmp_path: Path) -> None:
     s = cache_run(tmp_path, first_pod=1)
     l3(s, "12")
@@ -86,7 +95,6 @@ def test19_promotion(tmp_path: Path) -> None:
     s.verify('len(cpus["pod3c0"]) == 8')
 
 
-@xfail(14, "L3-cache pools: one cluster per container, affinity keeps them together")
 def test19_clusters_and_affinity(tmp_path: Path) -> None:
     s = cache_run(tmp_path, first_pod=4)
     l3(s, "2", n=2)
@@ -110,7 +118,6 @@ def test19_clusters_and_affinity(tmp_path: Path) -> None:
     )
 
 
-@xfail(14, "L3-cache pools: least occupied cluster, overflow to NUMA nodes")
 def test19_occupancy_and_overflow(tmp_path: Path) -> None:
     s = cache_run(tmp_path, first_pod=10)
     for _ in range(15):
@@ -135,7 +142,6 @@ def test19_occupancy_and_overflow(tmp_path: Path) -> None:
     s.verify('len(cpus["pod44c0"]) == 32')
 
 
-@xfail(14, "L3-cache pools: exclusive CPUs sliced from a cluster shared by burstables")
 def test19_exclusive_from_clusters(tmp_path: Path) -> None:
     s = cache_run(tmp_path, first_pod=45)
     for _ in range(16):
