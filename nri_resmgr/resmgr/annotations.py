@@ -53,3 +53,17 @@ def lookup_bool(pod: Pod, container: Container, name: str) -> bool | None:
             value,
         )
     return parsed
+
+
+def report_unread(pod: Pod, keys: frozenset[str]) -> None:
+    """Say once per key (per process) that ``pod`` carries an annotation in ``keys`` that the
+    policy accepts but does not act on; a scoped key (``KEY/pod``, ``KEY/container.x``)
+    counts as ``KEY``. The rule is no silent no-ops: a user setting one learns it is inert."""
+    from nri_resmgr.config.notapplied import say_once
+
+    for annotation in pod.annotations:
+        key = annotation
+        if key.endswith("/pod") or "/container." in key:
+            key = key.rsplit("/", 1)[0]
+        if key in keys:
+            say_once(key)

@@ -5,7 +5,8 @@ workload below lands; *not applied* when the policy says so at load (``spec.<key
 accepted, not applied``, ``config/notapplied.py``); *silent* when neither, which the
 project's rules forbid; *refused* when the loader rejects it. An annotation is *applied*
 when the policy reads it while placing the probe pods (every upstream annotation is set on
-them), otherwise *not read*.
+them); *not applied (said when seen)* when creating a pod that carries it logs
+``<key>: accepted, not applied``; otherwise *not read*.
 
 ``python -m tests.policies.topology_aware_e2e.keys_table --write`` rewrites the README's
 generated block; a test fails while the README and the code disagree.
@@ -32,6 +33,7 @@ from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.simulate.kubelet import nri_pod
 from nri_resmgr.simulate.workload import AddPod, parse_workload
 from nri_resmgr.sysfs.synthetic import N4C16_ISOLATED, write_sysfs
+from nri_resmgr.sysfs.synthetic_cpu import write_cpufreq
 from tests.policies.workload import Runtime
 
 README = Path(__file__).resolve().parents[3] / "README.md"
@@ -212,25 +214,45 @@ class _Capture(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def annotations_read(root: str) -> set[str]:
+def _says(message: str, annotation: str) -> bool:
+    return message.startswith(f"{_key(annotation)}: accepted, not applied")
+
+
+def annotations_read(root: str) -> tuple[set[str], set[str]]:
+    """The annotations the policy read, and those it said it does not apply."""
     read: set[str] = set()
-    _placement(structure_spec(BASE, "TopologyAwarePolicy"), root, read)
+    notapplied._reported.clear()
+    handler = _Capture()
+    logging.getLogger().addHandler(handler)
+    try:
+        _placement(structure_spec(BASE, "TopologyAwarePolicy"), root, read)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    said = {a for a in ANNOTATIONS if any(_says(m, a) for m in handler.lines)}
     names = set()
     for key in read:
         for a in ANNOTATIONS:
             k = _key(a)
             if key == k or key.startswith(f"{k}/pod") or key.startswith(f"{k}/container."):
                 names.add(a)
-    return names
+    return names, said
 
 
 def statuses() -> tuple[dict[str, str], dict[str, str]]:
     with tempfile.TemporaryDirectory(prefix="ta-keys-") as tmp:
         write_sysfs(Path(tmp), N4C16_ISOLATED)
+        # Fast and slow cores in every node, so that a CPU priority can change placement.
+        write_cpufreq(Path(tmp), {"0-1,4-5,8-9,12-13": 3000000, "2-3,6-7,10-11,14-15": 2000000})
         options = option_status(tmp)
-        read = annotations_read(tmp)
-    anns = {a: ("applied" if a in read else "not read") for a in ANNOTATIONS}
+        read, said = annotations_read(tmp)
+    anns = {a: _annotation_status(a, read, said) for a in ANNOTATIONS}
     return options, anns
+
+
+def _annotation_status(a: str, read: set[str], said: set[str]) -> str:
+    if a in read:
+        return "applied"
+    return "not applied (said when seen)" if a in said else "not read"
 
 
 def render(options: Mapping[str, str], anns: Mapping[str, str]) -> str:

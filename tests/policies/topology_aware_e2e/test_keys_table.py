@@ -43,11 +43,6 @@ def test_applied_annotations_are_read(found: tuple[dict[str, str], dict[str, str
             "prefer-reserved-cpus"} <= applied  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 14 items 2 (colocatePods/Namespaces), 8 (memory constraints), "
-    "13 (defaultCPUPriority): applied by neither placement nor said at load",
-)
 def test_no_option_is_a_silent_no_op(found: tuple[dict[str, str], dict[str, str]]) -> None:
     options, _ = found
     assert list(keys_table.iter_silent(options)) == []

@@ -55,17 +55,18 @@ def isolation(pod: Pod, container: Container) -> Isolation:
     return Isolation(lookup_bool(pod, container, REQUIRE if strict else PREFER), strict)
 
 
-def cpu_priority(pod: Pod, container: Container) -> Priority:
-    """The preferred priority of exclusive CPUs; none (no preference) unless annotated."""
+def cpu_priority(pod: Pod, container: Container, default: Priority = Priority.NONE) -> Priority:
+    """The preferred priority of exclusive CPUs: the annotation's, else ``default`` (the
+    config's ``defaultCPUPriority``), which a value the annotation cannot parse also gets."""
     value = lookup(pod, container, PRIORITY)
     if value is None:
-        return Priority.NONE
+        return default
     try:
         return Priority.parse(value)
     except ValueError as e:
         log.warning("%s/%s: ignoring annotation %s.%s: %s", pod.namespace, pod.name, PRIORITY,
                     DOMAIN, e)  # fmt: skip
-        return Priority.NONE
+        return default
 
 
 def check_required_isolation(want: Want, isolated: bool, name: str) -> None:

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 import attrs
 
 from nri_resmgr.config.models import PolicySpec, TopologyAwareSpec
+from nri_resmgr.config.notapplied import report
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.resmgr.annotations import lookup_bool
+from nri_resmgr.resmgr.annotations import lookup_bool, report_unread
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.resmgr.cpualloc import PlacementError
@@ -30,6 +31,7 @@ from nri_resmgr.resmgr.policies.hardware import HardwarePolicy, reported_cpuset
 from nri_resmgr.resmgr.policies.topology_aware import exports
 from nri_resmgr.resmgr.policies.topology_aware.claims import ClaimBook, is_claim_entry
 from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
+from nri_resmgr.resmgr.policies.topology_aware.keys import NOT_APPLIED, NOT_APPLIED_ANNOTATIONS
 from nri_resmgr.resmgr.policies.topology_aware.pools import build_pools
 from nri_resmgr.resmgr.policies.topology_aware.preferences import wanted
 from nri_resmgr.resmgr.policies.topology_aware.restore import Live, restore
@@ -69,6 +71,7 @@ class TopologyAwarePolicy(HardwarePolicy):
             raise ConfigError(
                 f"spec: topology-aware needs a TopologyAwarePolicy spec, got {type(spec).__name__}"
             )
+        report(spec, NOT_APPLIED)
         allowed = allowed_cpus(self.system, spec.available_resources)
         reserved = reserved_cpus(self.system, spec.reserved_resources, allowed, by_allocator=True)
         return Engine(self.system, spec, build_pools(self.system), allowed, reserved)
@@ -174,6 +177,7 @@ class TopologyAwarePolicy(HardwarePolicy):
     # -- lifecycle ------------------------------------------------------------------------
 
     def create_container(self, pod: Pod, container: Container) -> tuple[Adjustment, list[Update]]:
+        report_unread(pod, NOT_APPLIED_ANNOTATIONS)
         engine = self.engine
         engine.release(container.id)
         self.claims.unbind(container.id)

@@ -70,9 +70,8 @@ def wanted(
     want = _guaranteed(pod, container, r, spec)
     if not want.exclusive:
         return want
-    return attrs.evolve(
-        want, prio=cpu_priority(pod, container), require_isolated=isolation(pod, container).strict
-    )
+    prio = cpu_priority(pod, container, Priority.parse(spec.default_cpu_priority))
+    return attrs.evolve(want, prio=prio, require_isolated=isolation(pod, container).strict)
 
 
 def _guaranteed(pod: Pod, container: Container, r: int, spec: TopologyAwareSpec) -> Want:

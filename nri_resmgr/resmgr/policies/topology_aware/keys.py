@@ -1,0 +1,29 @@
+"""Pod annotations upstream's topology-aware policy reads that nri-resmgr accepts but does
+not act on: each is said once per process when a pod carrying it is created
+(``annotations.report_unread``), so that none is silently ignored."""
+
+from __future__ import annotations
+
+from nri_resmgr.resmgr.annotations import DOMAIN
+
+_IN_DOMAIN = (
+    "cold-start",
+    "pick-resources-by-hints",
+    "scheduling-class",
+    "cpu-class",
+    "irq-affinity",
+    "rdtclass",
+    "blockioclass",
+    "topologyhints",
+    "allow.topologyhints",
+    "deny.topologyhints",
+    "strict.topologyhints",
+    "test.topologyhints",
+)
+
+NOT_APPLIED_ANNOTATIONS = frozenset(
+    {f"{name}.{DOMAIN}" for name in _IN_DOMAIN} | {"noderesource.dev/resources"}
+)
+
+NOT_APPLIED = ("spec.reservedResources.memory", "spec.availableResources.memory")
+"""Config keys accepted but not applied: the memory zones use the whole of each node."""
