@@ -116,6 +116,11 @@ class System:
     def core_of(self, cpu: int) -> CpuSet:
         return self.cpus[cpu].threads
 
+    def single_threads(self, cpus: CpuSet) -> CpuSet:
+        """One hyperthread (the lowest in ``cpus``) of every core that has CPUs in ``cpus``
+        (hide-hyperthreads, in both policies)."""
+        return CpuSet({min(self.cpus[c].threads & cpus) for c in cpus})
+
     def memory_types(self) -> MemoryType:
         """Every memory type some node with memory has."""
         mask = MemoryType(0)

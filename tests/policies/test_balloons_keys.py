@@ -25,7 +25,7 @@ from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Resources
 from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.resmgr.policies.balloons.keys import APPLIED, NOT_APPLIED
-from nri_resmgr.resmgr.policies.balloons.subject import container_subject
+from nri_resmgr.resmgr.subject import container_subject
 from tests.policies.workload import (
     Runtime,
     balloons_spec,

@@ -11,7 +11,7 @@ import pytest
 from nri_resmgr.config.models import BalloonsSpec, BalloonType
 from nri_resmgr.resmgr.cache import Allocation, Kind
 from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.policies.balloons.state import Balloons, single_threads, target_cpus
+from nri_resmgr.resmgr.policies.balloons.state import Balloons, target_cpus
 from nri_resmgr.sysfs import System, discover
 from tests.sysfs.fakesys import N4C16, write_sysfs
 
@@ -46,7 +46,7 @@ def test_target_cpus(
 
 
 def test_single_threads_keeps_the_lowest_thread_of_each_core(system: System) -> None:
-    assert single_threads(system, CpuSet({1, 2, 3, 5})) == CpuSet({1, 2, 5})
+    assert system.single_threads(CpuSet({1, 2, 3, 5})) == CpuSet({1, 2, 5})
 
 
 def _state(system: System, scope: str, **kw: object) -> Balloons:

@@ -25,7 +25,6 @@ from nri_resmgr.resmgr.policies.balloons.devices import close_cpus
 from nri_resmgr.resmgr.policies.balloons.keys import NOT_APPLIED
 from nri_resmgr.resmgr.policies.balloons.restore import Live, rebuild
 from nri_resmgr.resmgr.policies.balloons.state import Balloon, Balloons
-from nri_resmgr.resmgr.policies.balloons.subject import container_subject
 from nri_resmgr.resmgr.policies.balloons.types import (
     DEFAULT,
     RESERVED,
@@ -37,6 +36,7 @@ from nri_resmgr.resmgr.policies.balloons.types import (
 from nri_resmgr.resmgr.policies.hardware import HardwarePolicy, reported_cpuset
 from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.resmgr.requests import container_request, milli_cpu_to_shares
+from nri_resmgr.resmgr.subject import container_subject
 from nri_resmgr.sysfs import MemoryType, System
 from nri_resmgr.sysfs.caches import shared_caches
 

@@ -46,11 +46,6 @@ class Balloon:
         return sum(self.members.values())
 
 
-def single_threads(system: System, cpus: CpuSet) -> CpuSet:
-    """One hyperthread (the lowest in ``cpus``) of every core that has CPUs in ``cpus``."""
-    return CpuSet({min(system.cpus[c].threads & cpus) for c in cpus})
-
-
 def target_cpus(t: BalloonType, requested: int, has_members: bool) -> int:
     """ceil(max(1, requested)/1000) clamped to [minCPUs, maxCPUs]; minCPUs when empty."""
     wanted = math.ceil(max(1, requested) / 1000) if has_members else 0
@@ -365,7 +360,7 @@ class Balloons:
             return None, None
         cpus = b.cpus | self.idle_shared(b, idle)
         if cid in self.no_ht:
-            cpus = single_threads(self.system, cpus)
+            cpus = self.system.single_threads(cpus)
         pin_memory = self.spec.pin_memory if b.type.pin_memory is None else b.type.pin_memory
         mems = balloon_mems(self.system, b, self.mem_types.get(cid or "")) if pin_memory else None
         if cid in self.keep_mems and pin_memory:

@@ -14,7 +14,7 @@ from nri_resmgr.config.validate import validate_spec
 from nri_resmgr.resmgr.annotations import lookup
 from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.model import Container, Pod
-from nri_resmgr.resmgr.policies.balloons.subject import container_subject
+from nri_resmgr.resmgr.subject import container_subject
 
 log = logging.getLogger(__name__)
 

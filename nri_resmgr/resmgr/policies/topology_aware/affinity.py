@@ -31,7 +31,7 @@ from nri_resmgr.config.models import Expression, ExprOperator, TopologyAwareSpec
 from nri_resmgr.resmgr.annotations import DOMAIN
 from nri_resmgr.resmgr.cache import Allocation
 from nri_resmgr.resmgr.model import Container, Pod
-from nri_resmgr.resmgr.policies.balloons.subject import container_subject
+from nri_resmgr.resmgr.subject import container_subject
 
 log = logging.getLogger(__name__)
 

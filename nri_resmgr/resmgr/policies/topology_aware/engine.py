@@ -19,7 +19,6 @@ from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuallocator import allocate_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
-from nri_resmgr.resmgr.policies.balloons.state import single_threads
 from nri_resmgr.resmgr.policies.topology_aware.affinity import placed_weights
 from nri_resmgr.resmgr.policies.topology_aware.affinity import pool_score as affinity_score
 from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import check_required_isolation
@@ -415,7 +414,7 @@ class Engine:
             cpus = self._shared_of(pool.index, taken, shared)
         mems = None if (a.keep_mems or not self.spec.pin_memory) else self._mems_of(a, pool)
         if cpus and _hides_hyperthreads(a):
-            cpus = single_threads(self.system, cpus)
+            cpus = self.system.single_threads(cpus)
         return (cpus if self.spec.pin_cpu else None), mems
 
     def _mems_of(self, a: Allocation, pool: Pool) -> CpuSet:
