@@ -324,7 +324,6 @@ def test05_reserved_across_nodes(tmp_path: Path) -> None:
         s.delete(pod)
 
 
-@xfail(4, "a reserved request larger than the free reserved CPU falls back to shared CPUs")
 def test05_reserved_overflow_falls_back_to_shared(tmp_path: Path) -> None:
     s = run(tmp_path, first_pod=1, RESERVED_CPU="cpuset:7,11", AVAILABLE_CPU=AVAIL05)
     s.create("besteffort", namespace="kube-system", CONTCOUNT=4)

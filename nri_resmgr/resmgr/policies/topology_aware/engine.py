@@ -327,8 +327,10 @@ class Engine:
                 want.request,
                 self._free_reserved(cid),
             )
-            want = Want(Kind.SHARED, request=want.request)
+            # The pool stays the root, where reserved requests are placed (nri-plugins
+            # pools.go allocatePool), so the container gets the root's whole shared set.
             base = attrs.evolve(base, kind=Kind.SHARED)
+            return self._place_memory(self._store(base), memory)
         if want.kind in (Kind.RESERVED, Kind.PRESERVE):
             return self._place_memory(self._store(base), memory)
         weights = self._affinity(cid, pod, container)
