@@ -58,7 +58,7 @@ def assert_view_is_runtime(p: TopologyAwarePolicy, rt: Runtime) -> None:
         ), a.name
 
 
-# -- 1. a shared pool never goes empty -------------------------------------------------------
+# -- 1. a busy shared pool (and the root) never goes empty -------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -68,8 +68,8 @@ def assert_view_is_runtime(p: TopologyAwarePolicy, rt: Runtime) -> None:
 def test_an_exclusive_grant_never_takes_the_last_shared_cpu_of_an_idle_pool(
     tmp_path: Path, layout: Layout, reserved: str, milli: int
 ) -> None:
-    # nri-plugins grants exclusive CPUs only while the pool's allocatable shared capacity
-    # stays strictly above the request: here it equals it, so the container shares.
+    # The only pool is the root, which always keeps a shared CPU (nri-plugins would slice it
+    # empty and leave the others unpinned): the container shares.
     p = policy(tmp_path, layout, reserved=reserved)
     rt = Runtime(p)
     g = rt.create(guaranteed("g", milli))
@@ -84,8 +84,9 @@ def test_an_exclusive_grant_never_takes_the_last_shared_cpu_of_an_idle_pool(
 
 def test_exclusive_cpus_from_a_socket_never_empty_a_busy_numa_node(tmp_path: Path) -> None:
     # Pools: socket {0-3}, node #0 {0,1}, node #1 {2,3}; CPU 0 reserved. The BestEffort
-    # container goes to node #1 (more room). A 2-CPU request fits no node; from the socket it
-    # could only be {1,2}, {1,3} (leaving node #0 empty) or {2,3} (leaving node #1 empty).
+    # container goes to node #1 (more room). A 2-CPU request fits no node; the socket slices
+    # the idle node #0 empty (nri-plugins SliceableCPUs) and one CPU of node #1, whose
+    # BestEffort keeps the other.
     p = policy(tmp_path, TWO_NODES_OF_TWO, reserved="cpuset:0")
     rt = Runtime(p)
     be = rt.create(besteffort("be"))
@@ -93,9 +94,10 @@ def test_exclusive_cpus_from_a_socket_never_empty_a_busy_numa_node(tmp_path: Pat
     g = rt.create(guaranteed("g", 2000))
     assert_all_pinned(rt)
     a = p.engine.cache.get(g.id)
-    assert a is not None and a.kind is Kind.SHARED
-    for pool in p.engine.pools:
-        assert p.engine.shared_cpus(pool.index), pool.name
+    assert a is not None and a.kind is Kind.EXCLUSIVE and a.pool == "socket #0"
+    assert 1 in a.exclusive and len(a.exclusive & CpuSet.parse("2-3")) == 1
+    assert len(p.engine.shared_cpus(p.engine.index["NUMA node #1"])) == 1
+    assert rt.cpus[be.id] == str(p.engine.shared_cpus(p.engine.index["NUMA node #1"]))
 
 
 def test_with_no_shared_cpu_at_all_creation_fails_naming_the_container(tmp_path: Path) -> None:

@@ -120,12 +120,12 @@ EXCL, MIXED, SHARED = "exclusive", "exclusive+shared", "shared"
     [
         # (kind, mCPU, annotations) -> (cpus, mems, allocation kind, exclusive CPUs).
         # N4C16 with CPU 0 reserved: node #0 shares 1-3, nodes #1-#3 four CPUs each. Derived
-        # from the rules (nri-plugins' topology-aware): the tightest pool whose shared
-        # capacity stays strictly above the exclusive request, the most capacity left wins.
+        # from the rules (nri-plugins' topology-aware): the tightest pool whose allocatable
+        # shared capacity covers the exclusive request, the most capacity left wins.
         ([("g", 2000, {})], [("4-5", "1", EXCL, "4-5")]),
-        # 4 CPUs would empty any node: socket #1, keeping a shared CPU in each of its nodes.
-        ([("g", 4000, {})], [("10-11,14-15", "2-3", EXCL, "10-11,14-15")]),
-        ([("g", 6000, {})], [("9-11,13-15", "2-3", EXCL, "9-11,13-15")]),
+        # An idle node may be sliced empty (SliceableCPUs): 4 CPUs take a whole node.
+        ([("g", 4000, {})], [("4-7", "1", EXCL, "4-7")]),
+        ([("g", 6000, {})], [("8-13", "2-3", EXCL, "8-13")]),
         ([("g", 1500, {})], [("4-7", "1", MIXED, "4")]),  # < 2 CPUs fractional: mixed
         ([("g", 2500, {})], [("4-7", "1", SHARED, "")]),  # >= 2 CPUs fractional: shared
         ([("g", 2500, {f"prefer-shared-cpus.{P}": "false"})], [("4-7", "1", MIXED, "4-5")]),

@@ -50,8 +50,8 @@ def test_a_guaranteed_container_on_the_last_shared_cpu_shares_it_pinned_and_off_
     cri: Cri, daemon: Daemon
 ) -> None:
     """With one non-reserved CPU (this 2-CPU machine, reserved cpuset:0), an exclusive grant
-    would empty the shared pool, which nri-plugins never does (the pool's allocatable shared
-    capacity must stay strictly above the request): the Guaranteed container shares CPU 1,
+    would empty the root pool, whose last shared CPU is never sliced (nri-plugins would, and
+    leave the containers unpinned): the Guaranteed container shares CPU 1,
     pinned, and the reserved CPU stays the kube-system container's. Exclusive CPUs under the
     real runtime are shown by the balloons test (a dedicated balloon)."""
     daemon.start()

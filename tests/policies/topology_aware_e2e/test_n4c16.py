@@ -181,7 +181,6 @@ def test01_burstable_fit(tmp_path: Path) -> None:
 # -- test02-shrink-and-grow-shared ----------------------------------------------------------
 
 
-@xfail(6, "3 exclusive CPUs sliced from nodes with shared users (and item 7)")
 def test02_shrink_and_grow_shared(tmp_path: Path) -> None:
     s = run(tmp_path, COLOCATE_PODS=True)
     s.create("guaranteed", CPU="5", CONTCOUNT=2)
@@ -324,7 +323,6 @@ def test05_reserved_across_nodes(tmp_path: Path) -> None:
         s.delete(pod)
 
 
-@xfail(4, "a reserved request larger than the free reserved CPU falls back to shared CPUs")
 def test05_reserved_overflow_falls_back_to_shared(tmp_path: Path) -> None:
     s = run(tmp_path, first_pod=1, RESERVED_CPU="cpuset:7,11", AVAILABLE_CPU=AVAIL05)
     s.create("besteffort", namespace="kube-system", CONTCOUNT=4)
@@ -628,7 +626,6 @@ def test15_busy_shared_pools(tmp_path: Path, template: str, first: int, cpureq: 
 # -- test16-idle-shared-pools ---------------------------------------------------------------
 
 
-@xfail(6, "an idle shared pool may be sliced empty")
 def test16_idle_shared_pools_sliced_empty(tmp_path: Path) -> None:
     s = run(tmp_path)
     s.create("guaranteed", CPU="4", MEM="100M", CONTCOUNT=3)
@@ -652,7 +649,6 @@ def test16_idle_shared_pools_sliced_empty(tmp_path: Path) -> None:
     s.verify('disjoint_sets(nodes["pod0c0"],nodes["pod0c1"],nodes["pod0c2"],nodes["pod1c0"])')
 
 
-@xfail(6, "a whole idle node for 4 exclusive CPUs")
 def test16_idle_shared_pools_besteffort_first(tmp_path: Path) -> None:
     s = run(tmp_path, first_pod=3)
     s.create("besteffort", CONTCOUNT=2)

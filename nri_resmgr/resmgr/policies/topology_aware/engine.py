@@ -62,8 +62,9 @@ class Engine:
     """Pools, grants and the cpusets they imply. The cache is the only store; shared cpusets
     derive from it; outside writers (restore) must ``unsettle``.
 
-    The rule every grant keeps (as nri-plugins does): no pool's shared set ever goes empty
-    while the pool has sharable CPUs, so a container placed in any pool always has a CPU.
+    The rule every grant keeps (as nri-plugins does): exclusive CPUs are sliced only from
+    shared capacity no container uses, so a pool holding (or below an ancestor holding)
+    shared containers always keeps a CPU; an idle pool may be sliced empty, the root never.
     """
 
     def __init__(
@@ -147,15 +148,15 @@ class Engine:
         return own_load._replace(shared_mcpu=mcpu)
 
     def _set_aside(self, pool: int, usage: dict[int, PoolLoad], taken: CpuSet) -> CpuSet:
-        """CPUs of ``pool``'s descendants that must stay shared: at least one per pool with
-        sharable CPUs, and as many as the containers placed in it need."""
+        """CPUs of ``pool``'s descendants that must stay shared: as many as the containers
+        placed in each need (nri-plugins SliceableCPUs), so an idle pool may be sliced empty."""
         kept = CpuSet()
         for d in self.descendants[pool]:
             shared = self.shared_cpus(d, taken)
             if not shared:
                 continue
             load = self._subtree_load(d, usage)
-            need = max(1, -(-(load.shared_mcpu + (1 if load.zero_requests else 0)) // 1000))
+            need = -(-(load.shared_mcpu + (1 if load.zero_requests else 0)) // 1000)
             missing = need - len(kept & shared)
             if missing > 0:
                 kept = kept | CpuSet(list(shared - kept)[:missing])
@@ -185,11 +186,13 @@ class Engine:
             else:
                 remaining -= want.exclusive
                 source = shared - self._set_aside(pool, usage, taken)
-                # nri-plugins: exclusive CPUs only while the pool's allocatable shared
-                # capacity stays strictly above the request, so the pool never goes empty.
+                # nri-plugins pickExclusiveCPUs: exclusive CPUs while the pool's allocatable
+                # shared capacity covers them; what its containers use stays shared. Unlike
+                # nri-plugins (which then leaves containers unpinned) the root keeps a CPU.
                 if (
                     len(source) < want.exclusive
-                    or remaining * 1000 <= load
+                    or remaining * 1000 < load
+                    or remaining < self._floor(pool)
                     or not self._ancestors_keep(pool, want.exclusive, shared_part, usage, taken)
                 ):
                     return None
@@ -206,9 +209,17 @@ class Engine:
         """Whether every ancestor still holds its subtree's load with ``count`` CPUs fewer."""
         for a in self.ancestors[pool]:
             left = len(self.shared_cpus(a, taken)) - count
-            if left < 1 or left * 1000 < self._subtree_load(a, usage).shared_mcpu + extra:
+            if (
+                left < self._floor(a)
+                or left * 1000 < self._subtree_load(a, usage).shared_mcpu + extra
+            ):
                 return False
         return True
+
+    def _floor(self, pool: int) -> int:
+        """Shared CPUs a pool keeps whatever its load: one for the root, so every container
+        always has a CPU to be pinned to; none for the others, so idle ones may be sliced."""
+        return 0 if self.ancestors[pool] else 1
 
     def choose(
         self,
@@ -326,8 +337,10 @@ class Engine:
                 want.request,
                 self._free_reserved(cid),
             )
-            want = Want(Kind.SHARED, request=want.request)
+            # The pool stays the root, where reserved requests are placed (nri-plugins
+            # pools.go allocatePool), so the container gets the root's whole shared set.
             base = attrs.evolve(base, kind=Kind.SHARED)
+            return self._place_memory(self._store(base), memory)
         if want.kind in (Kind.RESERVED, Kind.PRESERVE):
             return self._place_memory(self._store(base), memory)
         weights = self._affinity(cid, pod, container)
