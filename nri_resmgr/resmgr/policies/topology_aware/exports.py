@@ -5,7 +5,8 @@ Prometheus exporter spells them (namespace ``nri``, meter ``policy.topologyaware
 suffix). CPU figures follow its ``GetTopologyZones``: capacity = allocatable = the pool's
 sharable and reserved CPUs, available = free shared mCPU. Memory: capacity = allocatable =
 MemTotal of the pool's memory nodes; assigned = the memory limits of the containers placed in
-the pool's subtree (nri-resmgr has no memory allocator, so limits are what it can count).
+the pool's subtree (the memory zones of ``memzones.py`` are not read here yet, so a container
+whose zone widened still counts in its pool).
 """
 
 from __future__ import annotations
