@@ -17,19 +17,16 @@ from pathlib import Path
 
 from tests.kube.gobuild import (
     KUBERNETES_VERSION,
+    STAGING_VERSION,
     BuildError,
     _build,
-    _fresh_module,
     _go,
-    _staging_modules,
-    _upstream_go_mod,
-    _write_replaces,
     bin_dir,
+    kube_module,
 )
 
 SOURCE = Path(__file__).resolve().parent / "kubeletpeer" / "main.go"
 NAME = "kubelet-dra-peer"
-STAGING_VERSION = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
 # The modules main.go imports directly; the staging ones resolve to STAGING_VERSION.
 REQUIRES = (
     f"k8s.io/kubernetes@{KUBERNETES_VERSION}",
@@ -62,10 +59,8 @@ def ensure_peer() -> Path:
         return out
     if shutil.which("go") is None:
         raise BuildError("the Go toolchain (go) is not on PATH")
-    workdir = _fresh_module(NAME)
+    workdir = kube_module(NAME)
     shutil.copy(SOURCE, workdir / "main.go")
-    _go(workdir, "mod", "download", f"k8s.io/kubernetes@{KUBERNETES_VERSION}")
-    _write_replaces(workdir, _staging_modules(_upstream_go_mod(workdir)), STAGING_VERSION)
     _go(workdir, "get", *REQUIRES)
     _build(workdir, ".", out)
     stamp.write_text(digest + "\n")

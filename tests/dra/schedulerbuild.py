@@ -17,23 +17,19 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sys
-import time
 from pathlib import Path
 
 from tests.kube.gobuild import (
     KUBERNETES_VERSION,
     BuildError,
-    _fresh_module,
+    _build,
     _go,
-    _staging_modules,
-    _upstream_go_mod,
-    _write_replaces,
     bin_dir,
+    kube_module,
 )
 
 NAME = "kube-scheduler"
 PACKAGE = "k8s.io/kubernetes/cmd/kube-scheduler"
-STAGING_VERSION = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
 _MINOR = KUBERNETES_VERSION.split(".")[1]
 # What `kube-scheduler --version` and the client's user agent report.
 LDFLAGS = " ".join(
@@ -62,17 +58,10 @@ def ensure_scheduler() -> Path:
         return out
     if shutil.which("go") is None:
         raise BuildError("the Go toolchain (go) is not on PATH")
-    workdir = _fresh_module(NAME)
-    _go(workdir, "mod", "download", f"k8s.io/kubernetes@{KUBERNETES_VERSION}")
-    _write_replaces(workdir, _staging_modules(_upstream_go_mod(workdir)), STAGING_VERSION)
+    workdir = kube_module(NAME)
     _go(workdir, "get", "-tool", f"{PACKAGE}@{KUBERNETES_VERSION}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    started = time.monotonic()
-    _go(workdir, "build", "-trimpath", "-ldflags", LDFLAGS, "-o", str(tmp), PACKAGE, nice=True)
-    tmp.rename(out)  # atomic: a half-written binary never looks cached
+    _build(workdir, PACKAGE, out, "-ldflags", LDFLAGS)
     stamp.write_text(digest + "\n")
-    print(f"built {out} in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return out
 
 

@@ -68,13 +68,24 @@ def ensure_etcd() -> Path:
 def ensure_kube_apiserver() -> Path:
     out = kube_apiserver_path()
     if not out.exists():
-        workdir = _fresh_module("kube-apiserver")
-        _go(workdir, "mod", "download", f"k8s.io/kubernetes@{KUBERNETES_VERSION}")
-        staging = _staging_modules(_upstream_go_mod(workdir))
-        _write_replaces(workdir, staging, "v0." + KUBERNETES_VERSION.removeprefix("v1."))
+        workdir = kube_module("kube-apiserver")
         _go(workdir, "get", "-tool", f"{KUBE_APISERVER_PKG}@{KUBERNETES_VERSION}")
         _build(workdir, KUBE_APISERVER_PKG, out)
     return out
+
+
+STAGING_VERSION = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
+"""What k8s.io/kubernetes' staging modules (api, client-go, ...) are published as."""
+
+
+def kube_module(name: str) -> Path:
+    """A fresh wrapper module requiring nothing yet, with every staging module of
+    k8s.io/kubernetes@KUBERNETES_VERSION replaced by its published twin: the base the
+    kube-apiserver, kubelet-peer and kube-scheduler builds share (and their Go caches)."""
+    workdir = _fresh_module(name)
+    _go(workdir, "mod", "download", f"k8s.io/kubernetes@{KUBERNETES_VERSION}")
+    _write_replaces(workdir, _staging_modules(_upstream_go_mod(workdir)), STAGING_VERSION)
+    return workdir
 
 
 def _fresh_module(name: str) -> Path:
@@ -107,11 +118,11 @@ def _write_replaces(workdir: Path, modules: list[str], version: str) -> None:
         f.write(f"\nreplace (\n{lines})\n")
 
 
-def _build(workdir: Path, package: str, out: Path) -> None:
+def _build(workdir: Path, package: str, out: Path, *flags: str) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     started = time.monotonic()
-    _go(workdir, "build", "-trimpath", "-o", str(tmp), package, nice=True)
+    _go(workdir, "build", "-trimpath", *flags, "-o", str(tmp), package, nice=True)
     tmp.rename(out)  # atomic: a half-written binary never looks cached
     print(f"built {out} in {time.monotonic() - started:.0f}s", file=sys.stderr)
 
