@@ -4,7 +4,7 @@ those the runtime side holds after applying the plugin's adjustments and updates
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from tests.policies.balloons import (
     test_e2e_sparse,
 )
 from tests.policies.balloons import test_e2e_n4c16_more as more
+from tests.policies.replay.simulated import replay_simulated
 
 REPLAYS: list[Callable[[Path], None]] = [
     test_e2e_n4c16.test01_basic_placement,
@@ -40,19 +41,8 @@ REPLAYS: list[Callable[[Path], None]] = [
 ]
 
 
-@pytest.fixture
-def simulated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(scenario, "SIMULATED", True)
-    try:
-        yield
-    finally:
-        for runtime in scenario.OPEN:
-            runtime.close()
-        scenario.OPEN.clear()
-
-
 @pytest.mark.parametrize("replay", REPLAYS, ids=lambda f: f.__name__)
 def test_through_the_simulated_runtime(
-    replay: Callable[[Path], None], tmp_path: Path, simulated: None
+    replay: Callable[[Path], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    replay(tmp_path)
+    replay_simulated(scenario, monkeypatch, replay, tmp_path)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import trio
 import trio.from_thread
 
@@ -139,3 +140,19 @@ class SimulatedRuntime:
 
     def _running(self) -> list[str]:
         return [cid for cid in self.containers if cid not in self.stopped]
+
+
+def replay_simulated(
+    scenario: Any, monkeypatch: pytest.MonkeyPatch, replay: Callable[[Path], None], tmp_path: Path
+) -> None:
+    """Run ``replay`` with ``scenario`` (a replay package's scenario module, with its
+    ``SIMULATED`` switch and ``OPEN`` runtimes) sending pods through the simulated runtime;
+    fails when the replay never opened one."""
+    monkeypatch.setattr(scenario, "SIMULATED", True)
+    try:
+        replay(tmp_path)
+        assert scenario.OPEN, "the replay did not go through the simulated runtime"
+    finally:
+        for runtime in scenario.OPEN:
+            runtime.close()
+        scenario.OPEN.clear()

@@ -4,11 +4,12 @@ what the runtime side holds after applying the plugin's adjustments and updates.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.policies.replay.simulated import replay_simulated
 from tests.policies.topology_aware_e2e import scenario, test_n4c16, test_other_topologies
 
 REPLAYS: list[Callable[[Path], None]] = [
@@ -25,20 +26,8 @@ REPLAYS: list[Callable[[Path], None]] = [
 ]
 
 
-@pytest.fixture
-def simulated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(scenario, "SIMULATED", True)
-    try:
-        yield
-    finally:
-        for runtime in scenario.OPEN:
-            runtime.close()
-        scenario.OPEN.clear()
-
-
 @pytest.mark.parametrize("replay", REPLAYS, ids=lambda f: f.__name__)
 def test_through_the_simulated_runtime(
-    replay: Callable[[Path], None], tmp_path: Path, simulated: None
+    replay: Callable[[Path], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    replay(tmp_path)
-    assert scenario.OPEN, "the replay did not go through the simulated runtime"
+    replay_simulated(scenario, monkeypatch, replay, tmp_path)
