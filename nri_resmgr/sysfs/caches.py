@@ -1,34 +1,30 @@
-"""CPU caches from ``<host_root>/sys/devices/system/cpu/cpuN/cache/indexM``: which CPUs
-share a cache of a given level. Additive to ``system.discover``: read when a policy needs
-cache topology (balloons' l2cache sharing and loads)."""
+"""Which CPUs share a cache of a given level, from the caches ``system.discover`` already
+read (``System.details``): balloons' l2cache sharing and loads, the DRA devices' L3 ids."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterable
 
-from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
-from nri_resmgr.sysfs.system import System, _read
+from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.sysfs.cpudetails import Cache
+from nri_resmgr.sysfs.system import System
 
 
-def shared_caches(system: System, host_root: str, level: int) -> dict[int, CpuSet]:
+def shared_caches(system: System, level: int) -> dict[int, CpuSet]:
     """CPU -> the CPUs sharing its unified or data cache of ``level``; a CPU whose sysfs
     has no such cache maps to its core's threads (what an L2 usually spans)."""
-    cpu_dir = Path(host_root or "/") / "sys/devices/system/cpu"
     out: dict[int, CpuSet] = {}
     for cpu in system.cpus:
-        shared = _shared(cpu_dir / f"cpu{cpu}" / "cache", level)
+        shared = _shared(system.details.caches.get(cpu, ()), level)
         out[cpu] = (shared & system.online) | CpuSet([cpu]) if shared else system.core_of(cpu)
     return out
 
 
-def _shared(cache_dir: Path, level: int) -> CpuSet | None:
-    if not cache_dir.is_dir():
-        return None
-    for index in sorted(cache_dir.glob("index*")):
-        if _read(index / "level") != str(level) or _read(index / "type") == "Instruction":
-            continue
-        try:
-            return CpuSet.parse(_read(index / "shared_cpu_list") or "")
-        except CpuSetError:
-            return None
-    return None
+def has_level(system: System, level: int) -> bool:
+    """Whether the first CPU has a unified or data cache of ``level``."""
+    first = min(system.cpus, default=0)
+    return _shared(system.details.caches.get(first, ()), level) is not None
+
+
+def _shared(caches: Iterable[Cache], level: int) -> CpuSet | None:
+    return next((c.cpus for c in caches if c.level == level and c.kind != "Instruction"), None)

@@ -13,12 +13,10 @@ node, then core, SMT siblings adjacent, so ``count: 2`` lands on one core when i
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import AttributeValue, Device
 from nri_resmgr.sysfs import System
-from nri_resmgr.sysfs.caches import shared_caches
+from nri_resmgr.sysfs.caches import has_level, shared_caches
 
 STANDARD_NUMA = "resource.kubernetes.io/numaNode"
 CORE_TYPE = "standard"
@@ -29,9 +27,9 @@ def device_name(cpu: int) -> str:
     return f"cpu{cpu}"
 
 
-def cpu_devices(system: System, offered: CpuSet, host_root: str = "") -> list[Device]:
+def cpu_devices(system: System, offered: CpuSet) -> list[Device]:
     """The devices for the CPUs in ``offered`` (allowed minus reserved)."""
-    l3 = shared_l3(system, host_root)
+    l3 = shared_l3(system)
     smt = any(len(c.threads) > 1 for c in system.cpus.values())
     ordered = sorted(
         (system.cpus[i] for i in offered if i in system.cpus),
@@ -56,21 +54,9 @@ def cpu_devices(system: System, offered: CpuSet, host_root: str = "") -> list[De
     return devices
 
 
-def shared_l3(system: System, host_root: str) -> dict[int, int]:
+def shared_l3(system: System) -> dict[int, int]:
     """CPU -> the lowest CPU id sharing its L3 cache; empty when sysfs shows no L3 at all
     (``shared_caches`` would fall back to the core's threads, which is no L3)."""
-    if not _has_l3(system, host_root):
+    if not has_level(system, 3):
         return {}
-    return {cpu: min(shared) for cpu, shared in shared_caches(system, host_root, 3).items()}
-
-
-def _has_l3(system: System, host_root: str) -> bool:
-    base = Path(host_root or "/") / "sys/devices/system/cpu"
-    first = min(system.cpus, default=0)
-    for index in (base / f"cpu{first}" / "cache").glob("index*"):
-        try:
-            if (index / "level").read_text().strip() == "3":
-                return True
-        except OSError:
-            continue
-    return False
+    return {cpu: min(shared) for cpu, shared in shared_caches(system, 3).items()}

@@ -100,7 +100,7 @@ class BalloonsPolicy(HardwarePolicy):
             cpus = close_cpus(self.system, self.env.host_root, d)
             if cpus is not None:
                 devices[d] = cpus
-        l2 = shared_caches(self.system, self.env.host_root, 2)
+        l2 = shared_caches(self.system, 2)
         state = Balloons(self.system, spec, allowed, reserved, devices, tuple(types), l2)
         return state, matcher
 

@@ -268,7 +268,7 @@ class TopologyAwarePolicy(HardwarePolicy):
         engine = self.engine
         if self._devices is None or self._devices[0] is not engine:
             offered = engine.allowed - engine.reserved
-            self._devices = (engine, cpu_devices(self.system, offered, self.env.host_root))
+            self._devices = (engine, cpu_devices(self.system, offered))
         return list(self._devices[1])
 
     def claim_cpus(self, claim_uid: str, cpus: CpuSet) -> list[Update]:
