@@ -3,28 +3,27 @@
 from __future__ import annotations
 
 import math
-import re
 
 from nri_resmgr.config.models import Constraints
 from nri_resmgr.errors import ConfigError
+from nri_resmgr.quantity import QuantityError, cpu_milli
 from nri_resmgr.resmgr.cpualloc import pick_cpus
 from nri_resmgr.resmgr.cpuallocator import Priority, allocate_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
 from nri_resmgr.sysfs import System
 
-_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m?)$")
 AVAILABLE = "spec.availableResources.cpu"
 RESERVED = "spec.reservedResources.cpu"
 
 
 def parse_milli_cpu(text: str, path: str) -> int:
-    """A Kubernetes CPU quantity ("750m", "2", "1.5") in mCPU."""
-    match = _QUANTITY.match(text.strip())
-    if not match:
-        raise ConfigError(f"{path}: {text!r} is not a CPU quantity, cpuset: or exclude-cpuset:")
-    number, milli = match.groups()
-    value = float(number) if not milli else float(number) / 1000
-    return math.ceil(value * 1000 - 1e-9)
+    """A Kubernetes CPU quantity ("750m", "2", "1.5") in mCPU, rounded up as kubelet does."""
+    try:
+        return cpu_milli(text)
+    except QuantityError as e:
+        raise ConfigError(
+            f"{path}: {text!r} is not a CPU quantity, cpuset: or exclude-cpuset: ({e})"
+        ) from e
 
 
 def _cpuset_value(text: str, prefix: str, path: str) -> CpuSet:

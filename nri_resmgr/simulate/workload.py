@@ -27,7 +27,7 @@ from nri_resmgr.config import PolicyDocument, load_document
 from nri_resmgr.config.loader import parse_yaml
 from nri_resmgr.config.models import GROUP_VERSION
 from nri_resmgr.errors import ConfigError, ResmgrError
-from nri_resmgr.simulate.quantity import QuantityError, cpu_milli, memory_bytes
+from nri_resmgr.quantity import QuantityError, cpu_milli, memory_bytes
 
 __all__ = [
     "STEP_API_VERSION",

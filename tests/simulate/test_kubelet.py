@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from nri_resmgr.quantity import QuantityError, cpu_milli, memory_bytes
 from nri_resmgr.resmgr.requests import QoS, container_request
 from nri_resmgr.simulate.kubelet import nri_pod, qos_class
-from nri_resmgr.simulate.quantity import QuantityError, cpu_milli, memory_bytes
 from nri_resmgr.simulate.workload import AddPod, PodSpec, parse_workload
 
 MI = 1 << 20
