@@ -152,7 +152,7 @@ class Engine(Cpusets):
         )
         memory = None
         if pod is not None and container is not None:
-            memory = memory_want(pod, container, self.memory.available)
+            memory = memory_want(pod, container, self.memory.available, self.memory.total)
         if (
             want.kind is Kind.RESERVED
             and want.request > 0
