@@ -94,6 +94,7 @@ def container_from_proto(ctr: api.Container) -> model.Container:
         pid=ctr.pid,
         claims=model.claims_from_env(ctr.env),
         cdi_devices=tuple(d.name for d in ctr.cdi_devices),
+        oom_score_adj=ctr.linux.oom_score_adj.value if _present(ctr.linux.oom_score_adj) else None,
     )
 
 
@@ -109,8 +110,13 @@ def container_to_proto(ctr: model.Container) -> api.Container:
         env=[f"{model.claim_env_name(uid)}={cpus}" for uid, cpus in ctr.claims.items()],
         cdi_devices=[api.CdiDevice(name=name) for name in ctr.cdi_devices],
     )
-    if ctr.resources is not None:
-        out.linux = api.LinuxContainer(resources=resources_to_proto(ctr.resources))
+    if ctr.resources is not None or ctr.oom_score_adj is not None:
+        linux = api.LinuxContainer()
+        if ctr.resources is not None:
+            linux.resources = resources_to_proto(ctr.resources)
+        if ctr.oom_score_adj is not None:
+            linux.oom_score_adj = api.OptionalInt(value=ctr.oom_score_adj)
+        out.linux = linux
     return out
 
 

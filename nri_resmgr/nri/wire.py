@@ -209,6 +209,7 @@ def container(buf: bytes) -> Container:
     annotations: dict[str, str] = {}
     state = pid = 0
     res_parts: dict[int, list[bytes]] = {}
+    oom_score_adj: int | None = None
     env: list[str] = []
     cdi_devices: list[str] = []
     for number, value in fields(buf):
@@ -228,6 +229,8 @@ def container(buf: bytes) -> Container:
             for n, v in fields(_bytes(value, 11)):
                 if n == 3:
                     _sub(res_parts, 3, v)
+                elif n == 4:  # oom_score_adj, an OptionalInt (int64 value)
+                    oom_score_adj = _wrapped(_bytes(v, 4), signed=True)
         elif number == 12:
             pid = _int(value, 12) & 0xFFFFFFFF
     return Container(
@@ -241,6 +244,7 @@ def container(buf: bytes) -> Container:
         pid=pid,
         claims=claims_from_env(env),
         cdi_devices=tuple(cdi_devices),
+        oom_score_adj=oom_score_adj,
     )
 
 

@@ -61,6 +61,9 @@ class Container:
     found in the container's environment. Untrusted: the pod spec can set any env too."""
     cdi_devices: tuple[str, ...] = ()
     """Fully qualified CDI device names the runtime injected (containerd >= 2.3 only)."""
+    oom_score_adj: int | None = None
+    """linux.oom_score_adj as kubelet set it: for a Burstable container it encodes the memory
+    request (``requests.memory_request``), which the OCI spec does not carry otherwise."""
 
 
 @attrs.frozen

@@ -12,7 +12,9 @@ What each value is, and who makes it:
 - Container resources: kubelet's CRI values as containerd writes them into the OCI spec,
   which is what NRI reads back: cpu.shares = request x 1024 / 1000 (2 when none; the limit
   when only a limit exists), CFS period 100000 always, quota = limit x 100 (at least 1000;
-  absent when unlimited), memory limit when set.
+  absent when unlimited), memory limit when set; oom_score_adj by kubelet's QoS rule
+  (Guaranteed -997, BestEffort 1000, Burstable from the memory request and the node's memory
+  ``memory_capacity``; left unset when that is not given).
 - Pod resources: the CRI sandbox config's values for the whole pod (max of the app
   containers' sum and each init container), all fields present, 0 when unlimited.
 - Labels and annotations: the pod's own, plus what kubelet and containerd add
@@ -29,6 +31,11 @@ from collections.abc import Sequence
 import attrs
 
 from nri_resmgr.resmgr.model import Container, ContainerState, Pod, Resources
+from nri_resmgr.resmgr.oomscore import (
+    BESTEFFORT_OOM_SCORE_ADJ,
+    GUARANTEED_OOM_SCORE_ADJ,
+    burstable_oom_score_adj,
+)
 from nri_resmgr.resmgr.requests import QoS, milli_cpu_to_shares
 from nri_resmgr.simulate.workload import Amounts, ContainerSpec, PodSpec, Role
 
@@ -110,7 +117,7 @@ def cgroup_parent(qos: QoS, uid: str, driver: str) -> str:
     return f"/kubepods{middle}/pod{uid}"
 
 
-def nri_pod(spec: PodSpec, driver: str = "cgroupfs") -> NriPod:
+def nri_pod(spec: PodSpec, driver: str = "cgroupfs", memory_capacity: int = 0) -> NriPod:
     qos = qos_class(spec.containers)
     sandbox_id = _hex_id("sandbox", spec.uid)
     requests = pod_amounts(spec.containers, "requests")
@@ -158,11 +165,22 @@ def nri_pod(spec: PodSpec, driver: str = "cgroupfs") -> NriPod:
         cgroup_parent=cgroup_parent(qos, spec.uid, driver),
         resources=pod_resources,
     )
-    containers = tuple((c, _container(spec, pod, c)) for c in spec.containers)
+    containers = tuple(
+        (c, _container(spec, pod, c, _oom_score_adj(qos, c, memory_capacity)))
+        for c in spec.containers
+    )
     return NriPod(pod, containers, qos)
 
 
-def _container(spec: PodSpec, pod: Pod, c: ContainerSpec) -> Container:
+def _oom_score_adj(qos: QoS, c: ContainerSpec, capacity: int) -> int | None:
+    if qos is QoS.GUARANTEED:
+        return GUARANTEED_OOM_SCORE_ADJ
+    if qos is QoS.BESTEFFORT:
+        return BESTEFFORT_OOM_SCORE_ADJ
+    return burstable_oom_score_adj(c.requests.memory or 0, capacity) if capacity else None
+
+
+def _container(spec: PodSpec, pod: Pod, c: ContainerSpec, oom_score_adj: int | None) -> Container:
     labels = {
         "io.kubernetes.container.name": c.name,
         "io.kubernetes.pod.name": spec.name,
@@ -192,6 +210,7 @@ def _container(spec: PodSpec, pod: Pod, c: ContainerSpec) -> Container:
         labels=labels,
         annotations=annotations,
         resources=container_resources(c.requests, c.limits),
+        oom_score_adj=oom_score_adj,
     )
 
 

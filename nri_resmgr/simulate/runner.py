@@ -162,7 +162,8 @@ class _Run:
     # -- adding a pod ---------------------------------------------------------------------
 
     async def _add(self, sim: Simulator, number: int, step: AddPod, messages: list[str]) -> bool:
-        nri = nri_pod(step.pod, self.driver)
+        memory = sum(n.memory for n in self.machine.system.nodes.values())
+        nri = nri_pod(step.pod, self.driver, memory_capacity=memory)
         records = [
             ContainerRecord(
                 pod=step.pod.key,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nri_resmgr.resmgr.oomscore import burstable_oom_score_adj
 from nri_resmgr.sysfs.synthetic import N4C16, write_sysfs
 from tests.conformance import objects
 from tests.conformance.peer import Harness
@@ -48,3 +49,35 @@ async def test_create_container_replies_carry_topology_aware_placement(
     for reply, got in ((first, first_cpus), (second, second_cpus)):
         mems = reply["adjust"]["linux"]["resources"]["cpu"]["mems"]
         assert {c // 4 for c in got} == {int(mems)}
+
+
+async def test_a_burstable_memory_limit_no_node_holds_gets_a_socket_by_its_oom_score_adj(
+    harness: Harness, sockdir: Path
+) -> None:
+    """The request kubelet encodes in oom_score_adj crosses the real NRI code: a Burstable
+    container asking 100M with a 2.5G limit (a node holds 2 GiB) gets a socket's CPUs and
+    memory; the same container without oom_score_adj (its request unknown, so its limit is
+    what it needs) stays on one node's CPUs, its memory widened to two nodes."""
+    root = write_sysfs(sockdir / "host", N4C16)
+    adj = burstable_oom_score_adj(100 * 1000 * 1000, 4 * N4C16.node_memory)
+    pod = objects.pod(1)  # Burstable
+    with_adj, without = (objects.container(pod, n, milli_cpu=1000) for n in (1, 2))
+    for c in (with_adj, without):
+        c["linux"]["resources"]["cpu"]["quota"] = {"value": "200000"}  # a 2-CPU limit
+        c["linux"]["resources"]["memory"]["limit"] = {"value": str(2500 * 1000 * 1000)}
+    with_adj["linux"]["oom_score_adj"] = {"value": str(adj)}
+    async with running_daemon(harness, sockdir, CONFIG, "--host-root", str(root)):
+        await harness.wait_plugin(timeout=20)
+        await harness.relay("run-pod", pod=pod)
+        replies = [
+            (await harness.relay("create-container", pod=pod, container=c))["adjust"]["linux"][
+                "resources"
+            ]["cpu"]
+            for c in (with_adj, without)
+        ]
+    (socket_cpus, socket_mems), (node_cpus, node_mems) = (
+        (cpus(r["cpus"]), cpus(r["mems"])) for r in replies
+    )
+    # A socket: two nodes (socket 1, socket 0 holding the reserved CPU), CPUs and memory.
+    assert {c // 4 for c in socket_cpus} == socket_mems and len(socket_mems) == 2, replies[0]
+    assert len({c // 4 for c in node_cpus}) == 1 and len(node_mems) == 2, replies[1]

@@ -69,6 +69,7 @@ containers = st.builds(
     pid=st.integers(0, 2**32 - 1),
     claims=st.dictionaries(st.uuids().map(str), cpuset.filter(bool), max_size=2),
     cdi_devices=st.lists(text, max_size=2).map(tuple),
+    oom_score_adj=optional(st.integers(-1000, 1000)),
 )
 updates = st.builds(Update, container_id=text, adjustment=adjustments, ignore_failure=st.booleans())
 
@@ -91,6 +92,9 @@ def test_container_event_decodes_as_the_generated_code_reads_it(pod: Pod, ctr: C
     parsed = api.CreateContainerRequest().parse(data)
     expected = (convert.pod_from_proto(parsed.pod), convert.container_from_proto(parsed.container))
     assert wire.pod_and_container(data) == expected
+    # Both codecs dropping a field would agree: the one kubelet's memory request rides on
+    # (oom_score_adj) must make the round trip.
+    assert expected[1].oom_score_adj == ctr.oom_score_adj
 
 
 @given(st.lists(pods, max_size=3), st.lists(containers, max_size=3), st.booleans())

@@ -19,6 +19,7 @@ from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policy import Policy, PolicyEnv
 from nri_resmgr.simulate.kubelet import nri_pod
 from nri_resmgr.simulate.workload import AddPod, ChangeConfig, RemovePods, Role, Workload
+from nri_resmgr.sysfs import discover
 
 
 @attrs.define
@@ -29,6 +30,8 @@ class Reference:
     ids: dict[str, str] = attrs.Factory(dict)
     pods: dict[str, tuple[Pod, list[Container]]] = attrs.Factory(dict)
     running: set[str] = attrs.Factory(set)
+    memory: int = 0
+    """The machine's memory: kubelet's capacity for a Burstable oom_score_adj."""
 
     def apply(self, label: str, adj: Adjustment) -> None:
         cpus, mems = self.cpus.get(label, ("", ""))
@@ -47,7 +50,7 @@ class Reference:
 def run_reference(root: str, doc: PolicyDocument, workload: Workload) -> Reference:
     policy = create_policy(doc.policy_name)
     policy.setup(doc.spec, PolicyEnv(host_root=root))
-    ref = Reference(policy)
+    ref = Reference(policy, memory=sum(n.memory for n in discover(root).nodes.values()))
     for step in workload.steps:
         if isinstance(step, AddPod):
             _add(ref, step)
@@ -68,7 +71,7 @@ def run_reference(root: str, doc: PolicyDocument, workload: Workload) -> Referen
 
 
 def _add(ref: Reference, step: AddPod) -> None:
-    nri = nri_pod(step.pod)
+    nri = nri_pod(step.pod, memory_capacity=ref.memory)
     ref.policy.run_pod_sandbox(nri.pod)
     created = []
     for spec, ctr in nri.containers:

@@ -151,3 +151,21 @@ def test_pod_requests_take_the_larger_of_init_and_app_containers() -> None:
     nri = nri_pod(pod_with("{requests: {cpu: 500m}}", init="{requests: {cpu: 2}}"))
     assert nri.pod.resources is not None
     assert nri.pod.resources.cpu_shares == 2048
+
+
+@pytest.mark.parametrize(
+    ("resources", "capacity", "adj"),
+    [
+        ("{requests: {cpu: 1, memory: 1Gi}, limits: {cpu: 1, memory: 1Gi}}", 8192 * MI, -997),
+        ("{}", 8192 * MI, 1000),
+        # Burstable: 1000 - 1000 x request / capacity (kubelet's qos.GetContainerOOMScoreAdjust)
+        ("{requests: {memory: 1Gi}, limits: {memory: 2Gi}}", 8192 * MI, 875),
+        ("{requests: {memory: 8Gi}}", 8192 * MI, 3),  # its floor
+        ("{requests: {cpu: 1}}", 8192 * MI, 999),  # no memory request: its ceiling
+        ("{requests: {memory: 1Gi}}", 0, None),  # the node's memory not given
+    ],
+)
+def test_oom_score_adj_is_kubelets(resources: str, capacity: int, adj: int | None) -> None:
+    nri = nri_pod(pod_with(resources), memory_capacity=capacity)
+    ((_, ctr),) = nri.containers
+    assert ctr.oom_score_adj == adj

@@ -230,7 +230,8 @@ class Scenario:
         assert not workload.problems, workload.problems
         (step,) = workload.steps
         assert isinstance(step, AddPod)
-        nri = nri_pod(step.pod)
+        # kubelet's capacity for the Burstable oom_score_adj: the node's memory.
+        nri = nri_pod(step.pod, memory_capacity=sum(n.memory for n in self.system.nodes.values()))
         made: list[Container] = []
         self.pods[name] = (nri.pod, made)
         for spec, c in nri.containers:

@@ -543,7 +543,6 @@ def test11_preserve(tmp_path: Path) -> None:
 # -- test14-burstable -----------------------------------------------------------------------
 
 
-@xfail(8, "a memory limit no node holds widens the CPU pool too (nodes are the CPUs' nodes)")
 def test14_burstable_memory_limits(tmp_path: Path) -> None:
     s = run(tmp_path, COLOCATE_PODS=True)
     s.create("burstable", CPUREQ="1", CPULIM="2", MEMREQ="100M", MEMLIM="2.5G")

@@ -26,4 +26,8 @@ NOT_APPLIED_ANNOTATIONS = frozenset(
 )
 
 NOT_APPLIED = ("spec.reservedResources.memory", "spec.availableResources.memory")
-"""Config keys accepted but not applied: the memory zones use the whole of each node."""
+"""Config keys accepted but not applied, as in nri-plugins: its topology-aware policy reads
+only the ``cpu`` entry of both (cmd/plugins/topology-aware/policy/topology-aware-policy.go,
+checkConstraints: ``p.cfg.AvailableResources.Get(cfgapi.CPU)`` and
+``p.cfg.ReservedResources.Get(cfgapi.CPU)``; nothing else there reads either), and its libmem
+allocator gets every node's whole capacity. So do the memory zones here."""

@@ -12,6 +12,7 @@ import attrs
 from nri_resmgr.resmgr.annotations import lookup
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.resmgr.oomscore import memory_request
 from nri_resmgr.resmgr.requests import QoS, container_request
 from nri_resmgr.sysfs import MemoryType, System
 
@@ -47,7 +48,8 @@ class MemoryWant:
     """What a container asks of memory."""
 
     request: int = 0
-    """Bytes; the memory request (Guaranteed: its limit; otherwise unknown, 0)."""
+    """Bytes; the memory request (Guaranteed: its limit; Burstable: estimated from its
+    oom_score_adj, 0 when unknown; BestEffort: 0)."""
     limit: int = 0
     """Bytes; 0 is unlimited."""
     types: MemoryType = DEFAULT_TYPES
@@ -61,12 +63,20 @@ class MemoryWant:
         return self.request or self.limit
 
 
-def memory_want(pod: Pod, container: Container, available: MemoryType) -> MemoryWant:
-    """The container's memory request: its limit as the amount, the annotated types (or the
-    default) limited to those the machine has."""
+def memory_want(
+    pod: Pod, container: Container, available: MemoryType, capacity: int = 0
+) -> MemoryWant:
+    """The container's memory request: as nri-plugins' estimateResourceRequirements (the
+    limit when Guaranteed, else the request kubelet's oom_score_adj encodes against the node's
+    ``capacity`` bytes), the annotated types (or the default) limited to those it has."""
     req = container_request(pod, container)
     limit = req.memory_limit or 0
-    request = limit if req.qos is QoS.GUARANTEED else 0
+    if req.qos is QoS.GUARANTEED:
+        request = limit
+    elif req.qos is QoS.BURSTABLE:
+        request = memory_request(container.oom_score_adj, limit, capacity)
+    else:
+        request = 0
     priority = _PRIORITY[req.qos]
     if lookup_memory_preserve(pod, container):
         return MemoryWant(request, limit, available, PRESERVED, True, container.id)

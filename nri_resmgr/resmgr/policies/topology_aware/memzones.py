@@ -97,6 +97,8 @@ class MemoryAllocator:
         self.available = system.memory_types()
         nodes = [n for n in system.nodes.values() if n.memory > 0]
         self._capacity = {n.id: n.memory for n in nodes}
+        self.total = sum(self._capacity.values())
+        """Bytes of memory on the node: kubelet's capacity (MemTotal), for oom_score_adj."""
         self._type = {n.id: n.memory_type for n in nodes}
         self._all = _mask(self._capacity)
         self._of_type = {
@@ -245,7 +247,7 @@ class MemoryAllocator:
         for a in placed:
             if a.pod is None or a.container is None:
                 continue
-            want = memory_want(a.pod, a.container, self.available)
+            want = memory_want(a.pod, a.container, self.available, self.total)
             start = self._restored_start(a.mems, pool_mems.get(a.pool, CpuSet()), want)
             if self.commit(a.container_id, start, want) is None:
                 log.warning("%s: its memory fits no zone; not accounted", a.name)
