@@ -423,7 +423,6 @@ def _hybrid(tmp_path: Path, atom: str, core: str) -> None:
         (d / "cpus").write_text(f"{cpus}\n")
 
 
-@xfail(13, "prefer-cpu-priority from the CPU types sysfs describes")
 def test08_low_priority_cpus(tmp_path: Path) -> None:
     from tests.policies.replay.vm import write_vm_sysfs
 
@@ -439,7 +438,6 @@ def test08_low_priority_cpus(tmp_path: Path) -> None:
     )
 
 
-@xfail(13, "prefer-cpu-priority from the CPU types sysfs describes")
 def test08_high_priority_cpus(tmp_path: Path) -> None:
     from tests.policies.replay.vm import write_vm_sysfs
 

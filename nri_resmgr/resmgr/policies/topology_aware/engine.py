@@ -16,12 +16,15 @@ from nri_resmgr.config.models import TopologyAwareSpec
 from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import Allocation, AllocationCache, Kind, PoolLoad, follow
 from nri_resmgr.resmgr.cpualloc import PlacementError
-from nri_resmgr.resmgr.cpuallocator import allocate_cpus
+from nri_resmgr.resmgr.cpuallocator import Priority, allocate_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
 from nri_resmgr.resmgr.policies.topology_aware.affinity import placed_weights
 from nri_resmgr.resmgr.policies.topology_aware.affinity import pool_score as affinity_score
-from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import check_required_isolation
+from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import (
+    check_required_isolation,
+    priority_capacity,
+)
 from nri_resmgr.resmgr.policies.topology_aware.memory import (
     MemoryWant,
     memory_key,
@@ -263,6 +266,7 @@ class Engine:
             burstable=want.unlimited or want.limit is not None,
             limit=want.limit,
             level=level,
+            prio=want.prio,
         )
 
     def _score(
@@ -293,7 +297,15 @@ class Engine:
                 else 0.0
             ),
             memory=memory_key(self.memory, pool.mems, memory),
+            prio=self._prio_capacity(c.pool, want, taken),
         )
+
+    def _prio_capacity(self, pool: int, want: Want, taken: CpuSet) -> int:
+        if want.prio is Priority.NONE:
+            return 0
+        part = want.shared_part if want.kind in (Kind.SHARED, Kind.MIXED) else 0
+        shared = self.shared_cpus(pool, taken)
+        return priority_capacity(self.system, shared, want.prio, want.exclusive, part)
 
     # -- grants ---------------------------------------------------------------------------
 
