@@ -111,8 +111,11 @@ def _core_kinds(sys_dir: Path, online: CpuSet) -> dict[CoreKind, CpuSet]:
 
     One kind listed (the other file missing or empty) is completed to whole cores and the
     other kind is every other online CPU; no kind, or one covering every CPU, is not hybrid.
-    Two kinds must each hold whole cores, not overlap and cover the online CPUs; upstream
-    then refuses to start, here the problem is logged and the machine is taken as non-hybrid.
+    (Upstream completes a lone kind given by its OVERRIDE_SYS_{ATOM,CORE}_CPUS, or a lone
+    ``cpu_core/cpus``; a lone ``cpu_atom/cpus`` it refuses, having taken every CPU as a
+    P-core for the missing file.) Two kinds must each hold whole cores, not overlap and cover
+    the online CPUs; upstream refuses to start otherwise, here the problem is logged and the
+    machine is taken as non-hybrid.
     """
     paths = {
         CoreKind.PERFORMANCE: sys_dir / "devices/cpu_core/cpus",
