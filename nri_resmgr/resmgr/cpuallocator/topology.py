@@ -53,6 +53,7 @@ class Topology:
     """The cache level the groups come from; -1 when no level groups CPUs usefully."""
     clusters: tuple[Cluster, ...] = ()
     """CPU clusters (``clusters.py``); only looked up on hybrid machines."""
+    online: CpuSet = attrs.field(factory=CpuSet)
 
     @property
     def hybrid(self) -> bool:
@@ -90,7 +91,9 @@ def _build(system: System) -> Topology:
     prios = discover_priorities(system)
     priority_of = {cpu: Priority(i) for i, cpus in enumerate(prios) for cpu in cpus}
     clusters = discover_clusters(system) if len(kinds) > 1 else ()
-    return Topology(packages, package_of, cores, prios, priority_of, kinds, groups, level, clusters)
+    return Topology(
+        packages, package_of, cores, prios, priority_of, kinds, groups, level, clusters, online
+    )
 
 
 def _trivial(system: System, cpu: int, cpus: CpuSet) -> bool:

@@ -99,7 +99,7 @@ def scoring_priorities(system: System) -> tuple[CpuSet, CpuSet, CpuSet]:
     _, normal, low = topo.priorities  # high: upstream counts performance cores instead
     if topo.hybrid:
         return topo.kinds[CoreKind.PERFORMANCE], normal, topo.kinds[CoreKind.EFFICIENT]
-    return system.online, normal, low
+    return topo.online, normal, low
 
 
 def priority_capacity(
