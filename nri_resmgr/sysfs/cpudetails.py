@@ -11,6 +11,7 @@ one core kind, which is what the allocator then assumes.
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,6 +20,8 @@ import attrs
 from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
 
 __all__ = ["Cache", "CoreKind", "CpuDetails", "Epp", "read_details"]
+
+log = logging.getLogger(__name__)
 
 
 class CoreKind(enum.IntEnum):
@@ -104,14 +107,69 @@ def read_details(host_root: str, online: CpuSet) -> CpuDetails:
 
 
 def _core_kinds(sys_dir: Path, online: CpuSet) -> dict[CoreKind, CpuSet]:
-    # As pkg/sysfs: without cpu_core/cpus every online CPU is a performance core; a machine
-    # with one kind only is not hybrid, and then the kinds do not matter.
-    kinds = {
-        CoreKind.PERFORMANCE: _cpus(sys_dir / "devices/cpu_core/cpus") or online,
-        CoreKind.EFFICIENT: _cpus(sys_dir / "devices/cpu_atom/cpus") or CpuSet(),
+    """The hybrid core kinds as pkg/sysfs settles them (discoverCPUs, checkCoreKinds).
+
+    One kind listed (the other file missing or empty) is completed to whole cores and the
+    other kind is every other online CPU; no kind, or one covering every CPU, is not hybrid.
+    (Upstream completes a lone kind given by its OVERRIDE_SYS_{ATOM,CORE}_CPUS, or a lone
+    ``cpu_core/cpus``; a lone ``cpu_atom/cpus`` it refuses, having taken every CPU as a
+    P-core for the missing file.) Two kinds must each hold whole cores, not overlap and cover
+    the online CPUs; upstream refuses to start otherwise, here the problem is logged and the
+    machine is taken as non-hybrid.
+    """
+    paths = {
+        CoreKind.PERFORMANCE: sys_dir / "devices/cpu_core/cpus",
+        CoreKind.EFFICIENT: sys_dir / "devices/cpu_atom/cpus",
     }
-    kinds = {k: v & online for k, v in kinds.items() if v & online}
-    return kinds if len(kinds) > 1 else {}
+    given = {k: (_cpus(p) or CpuSet()) & online for k, p in paths.items()}
+    given = {k: v for k, v in given.items() if v}
+    if not given:
+        return {}
+    threads = _ThreadsOf(sys_dir / "devices/system/cpu", online)
+    if len(given) == 1:
+        ((kind, cpus),) = given.items()
+        whole = threads.complete(cpus)
+        if whole == online:
+            return {}
+        other = CoreKind.EFFICIENT if kind is CoreKind.PERFORMANCE else CoreKind.PERFORMANCE
+        return {kind: whole, other: online - whole}
+    problem = _core_kinds_problem(given, threads, online)
+    if problem:
+        log.error("%s: %s; taking every CPU as a performance core", sys_dir / "devices", problem)
+        return {}
+    return given
+
+
+def _core_kinds_problem(
+    kinds: Mapping[CoreKind, CpuSet], threads: _ThreadsOf, online: CpuSet
+) -> str | None:
+    perf, eff = kinds[CoreKind.PERFORMANCE], kinds[CoreKind.EFFICIENT]
+    for name, cpus in (("cpu_core", perf), ("cpu_atom", eff)):
+        if missing := threads.complete(cpus) - cpus:
+            return f"{name}/cpus ({cpus}) misses threads of its cores ({missing})"
+    if common := perf & eff:
+        return f"cpu_core/cpus ({perf}) and cpu_atom/cpus ({eff}) overlap ({common})"
+    if missing := online - perf - eff:
+        return f"online CPUs {missing} are in neither cpu_core/cpus nor cpu_atom/cpus"
+    return None
+
+
+class _ThreadsOf:
+    """Whole cores: each CPU's ``topology/thread_siblings_list``, read when first asked."""
+
+    def __init__(self, cpu_dir: Path, online: CpuSet) -> None:
+        self._cpu_dir = cpu_dir
+        self._online = online
+        self._known: dict[int, CpuSet] = {}
+
+    def complete(self, cpus: CpuSet) -> CpuSet:
+        return CpuSet.union_all([cpus, *(self._of(c) for c in cpus)])
+
+    def _of(self, cpu: int) -> CpuSet:
+        if cpu not in self._known:
+            path = self._cpu_dir / f"cpu{cpu}/topology/thread_siblings_list"
+            self._known[cpu] = (_cpus(path) or CpuSet([cpu])) & self._online
+        return self._known[cpu]
 
 
 def _caches(cache_dir: Path) -> tuple[Cache, ...]:

@@ -1,5 +1,5 @@
 """Synthetic CPU details on top of a ``synthetic.write_sysfs`` tree: caches, cpufreq base
-frequency and EPP, hybrid core kinds, and the ``cpuN/nodeM`` entries the kernel has.
+frequency and EPP, hybrid core kinds, cluster ids, and the ``cpuN/nodeM`` entries the kernel has.
 
 Caches are given as nri-plugins' ``OVERRIDE_SYS_CACHES`` gives them (its e2e tests describe
 L3 complexes that way): a list of ``{"cpusets": [...], "level": N, "kind": "u|d|i"}``, each
@@ -21,6 +21,7 @@ __all__ = [
     "link_numa_nodes",
     "parse_cache_overrides",
     "write_caches",
+    "write_cluster_ids",
     "write_core_kinds",
     "write_cpufreq",
 ]
@@ -99,6 +100,14 @@ def write_core_kinds(root: Path, performance: str, efficient: str) -> None:
         path = root / "sys/devices" / name
         path.mkdir(parents=True, exist_ok=True)
         (path / "cpus").write_text(f"{CpuSet.parse(cpus)}\n")
+
+
+def write_cluster_ids(root: Path, clusters: Mapping[str, int]) -> None:
+    """``cpuN/topology/cluster_id``: each cpuset of ``clusters`` shares the id it maps to."""
+    cpu_dir = root / "sys/devices/system/cpu"
+    for text, cluster_id in clusters.items():
+        for cpu in CpuSet.parse(text):
+            (cpu_dir / f"cpu{cpu}/topology/cluster_id").write_text(f"{cluster_id}\n")
 
 
 def link_numa_nodes(root: Path) -> None:

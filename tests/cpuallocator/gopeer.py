@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from tests.bench.gopeer import ensure_go_topology_aware
@@ -47,12 +49,21 @@ def ensure_goalloc() -> Path:
 
 
 def go_allocate(
-    binary: Path, sysfs: Path, requests: list[dict[str, object]]
+    binary: Path,
+    sysfs: Path,
+    requests: list[dict[str, object]],
+    env: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, str], list[dict[str, str]]]:
-    """(discovered priorities, one answer per request) from the Go allocator."""
+    """(discovered priorities, one answer per request) from the Go allocator; ``env`` adds
+    environment variables (pkg/sysfs overrides such as ``OVERRIDE_SYS_ATOM_CPUS``)."""
     text = "".join(json.dumps(r) + "\n" for r in requests)
     proc = subprocess.run(
-        [str(binary), str(sysfs)], input=text, capture_output=True, text=True, check=False
+        [str(binary), str(sysfs)],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {})},
     )
     if proc.returncode != 0:
         raise RuntimeError(f"goalloc failed ({proc.returncode}): {proc.stderr[-2000:]}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import attrs
@@ -13,6 +13,7 @@ from nri_resmgr.sysfs.synthetic_cpu import (
     link_numa_nodes,
     parse_cache_overrides,
     write_caches,
+    write_cluster_ids,
     write_core_kinds,
     write_cpufreq,
 )
@@ -49,6 +50,31 @@ def _epyc_caches(root: Path) -> None:
     write_caches(root, [l3, CacheSpec(2, per_core, size="1M"), *l1])
 
 
+def _one_core_kind(root: Path, kind: str, cpus: str) -> None:
+    path = root / "sys/devices" / kind
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "cpus").write_text(f"{cpus}\n")
+
+
+def _hybrid_base_frequency(root: Path) -> None:
+    # E-cores on node 3, and a fast and a slow half in each package: both sources at once.
+    write_core_kinds(root, "0-11", "12-15")
+    write_cpufreq(root, {"0-3,8-11": 3000000, "4-7,12-15": 2000000})
+
+
+def _hybrid_clusters(root: Path) -> None:
+    # Intel hybrid-like: every P-core its own cluster, E-cores in modules of four.
+    write_core_kinds(root, "0-7", "8-15")
+    write_cluster_ids(root, {**{str(c): c for c in range(8)}, "8-11": 8, "12-15": 12})
+
+
+def _hybrid_clusters_2pkg(root: Path) -> None:
+    # Two such packages: four P-cores and two E-modules each.
+    write_core_kinds(root, "0-3,12-15", "4-11,16-23")
+    ids = {str(c): c % 12 for c in (*range(4), *range(12, 16))}
+    write_cluster_ids(root, {**ids, "4-7": 4, "8-11": 8, "16-19": 4, "20-23": 8})
+
+
 @attrs.frozen
 class Machine:
     name: str
@@ -56,6 +82,9 @@ class Machine:
     extras: Callable[[Path], None] = lambda root: None
     requests: int = 250
     """How many random requests the Go parity test asks (Go's allocator is slow at 4k CPUs)."""
+    go_env: Mapping[str, str] = attrs.field(factory=dict)
+    """Environment of the Go allocator: pkg/sysfs overrides standing for what ``extras``
+    writes where upstream reads that sysfs differently."""
 
     def write(self, root: Path) -> Path:
         write_sysfs(root, self.layout)
@@ -85,5 +114,27 @@ MACHINES = [
         "hybrid",
         Layout(cores_per_node=12, threads=1),
         lambda r: write_core_kinds(r, "0-7", "8-11"),
+    ),
+    # n4c16/test08-cpuprio-allocation: one core kind given, the rest is the other kind.
+    # Upstream's sysfs discovery refuses a lone cpu_atom/cpus (it takes every CPU as a
+    # P-core when cpu_core/cpus is missing, then finds the kinds overlapping); its
+    # OVERRIDE_SYS_ATOM_CPUS completes it as nri-resmgr completes the lone sysfs file.
+    Machine(
+        "n4c16-atom-only",
+        N4C16,
+        lambda r: _one_core_kind(r, "cpu_atom", "4-5"),
+        go_env={"OVERRIDE_SYS_ATOM_CPUS": "4-5"},
+    ),
+    Machine("hybrid-clusters", Layout(cores_per_node=16, threads=1), _hybrid_clusters),
+    Machine(
+        "hybrid-clusters-2pkg",
+        Layout(packages=2, cores_per_node=12, threads=1),
+        _hybrid_clusters_2pkg,
+    ),
+    Machine("n4c16-core-only", N4C16, lambda r: _one_core_kind(r, "cpu_core", "0-1,4-5")),
+    Machine(
+        "n4c16-hybrid-base-frequency",
+        N4C16,
+        _hybrid_base_frequency,
     ),
 ]

@@ -69,6 +69,7 @@ def test_allocations_match_nri_plugins_cpuallocator(
         goalloc,
         root / "sys",
         [{"from": str(f), "count": n, "prio": p.name.lower()} for f, n, p in requests],
+        machine.go_env,
     )
     ours = topology_of(system).priorities
     for prio, cpus in zip(("high", "normal", "low"), ours, strict=True):

@@ -4,6 +4,7 @@ The steps, each working on what the previous ones left (allocatorHelper.allocate
 
 1. whole idle packages (all of a package's CPUs of the preferred priority are free), most
    preferred first, then lowest id, while the request still needs a whole package;
+1a. on hybrid machines, whole idle CPU clusters of the right core kind (``clusters.py``);
 2. cache groups (``topology.py``), for two CPUs or more: whole idle groups first, from the
    tightest-fitting die and package, the last one split if need be; then partly used
    groups of the same package, an exactly-sized one if there is one, else the biggest
@@ -14,8 +15,7 @@ The steps, each working on what the previous ones left (allocatorHelper.allocate
    core with the fewest free CPUs (keeping idle ones whole), and the lowest id.
 
 Releasing ``count`` CPUs keeps what allocating ``len(held) - count`` from them would pick.
-Hybrid P/E-core cluster allocation (takeIdleClusters) is not modelled: cache groups of the
-wrong core kind are skipped, as upstream does.
+On hybrid machines cache groups of the wrong core kind are skipped, as upstream does.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from collections import defaultdict
 
 import attrs
 
+from nri_resmgr.resmgr.cpuallocator.clusters import take_idle_clusters
 from nri_resmgr.resmgr.cpuallocator.priority import Priority, rank
 from nri_resmgr.resmgr.cpuallocator.topology import CacheGroup, Topology, topology_of
 from nri_resmgr.resmgr.cpuset import CpuSet
@@ -69,6 +70,9 @@ class _Helper:
     def allocate(self) -> CpuSet:
         if self.whole_steps:
             self._idle_packages()
+            if self.count > 0 and self.topo.hybrid:
+                self._take(take_idle_clusters(self.topo.clusters, self.free, self.count,
+                                              self.prefer))  # fmt: skip
             if self.count > 0:
                 self._cache_groups()
         if self.count > 0:

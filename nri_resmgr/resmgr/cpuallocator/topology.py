@@ -15,6 +15,7 @@ import weakref
 
 import attrs
 
+from nri_resmgr.resmgr.cpuallocator.clusters import Cluster, discover_clusters
 from nri_resmgr.resmgr.cpuallocator.priority import Priorities, Priority, discover_priorities
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.sysfs import System
@@ -50,6 +51,9 @@ class Topology:
     cache_groups: tuple[CacheGroup, ...]
     cache_level: int
     """The cache level the groups come from; -1 when no level groups CPUs usefully."""
+    clusters: tuple[Cluster, ...] = ()
+    """CPU clusters (``clusters.py``); only looked up on hybrid machines."""
+    online: CpuSet = attrs.field(factory=CpuSet)
 
     @property
     def hybrid(self) -> bool:
@@ -86,7 +90,10 @@ def _build(system: System) -> Topology:
         log.info("CPU allocator: %d cache groups from L%d caches", len(groups), level)
     prios = discover_priorities(system)
     priority_of = {cpu: Priority(i) for i, cpus in enumerate(prios) for cpu in cpus}
-    return Topology(packages, package_of, cores, prios, priority_of, kinds, groups, level)
+    clusters = discover_clusters(system) if len(kinds) > 1 else ()
+    return Topology(
+        packages, package_of, cores, prios, priority_of, kinds, groups, level, clusters, online
+    )
 
 
 def _trivial(system: System, cpu: int, cpus: CpuSet) -> bool:

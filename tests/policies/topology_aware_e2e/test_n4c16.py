@@ -414,21 +414,20 @@ def test07_mixed_allocations(tmp_path: Path) -> None:
 CP = "prefer-cpu-priority.resource-policy.nri.io"
 
 
-def _hybrid(tmp_path: Path, atom: str, core: str) -> None:
-    """Upstream overrides its CPU type detection (OVERRIDE_SYS_ATOM_CPUS /
-    OVERRIDE_SYS_CORE_CPUS); the kernel says the same in ``/sys/devices/cpu_{atom,core}``."""
-    for kind, cpus in (("cpu_atom", atom), ("cpu_core", core)):
-        d = tmp_path / "sys/devices" / kind
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "cpus").write_text(f"{cpus}\n")
+def _hybrid(tmp_path: Path, kind: str, cpus: str) -> None:
+    """Upstream overrides its CPU type detection for one kind (OVERRIDE_SYS_ATOM_CPUS or
+    OVERRIDE_SYS_CORE_CPUS) and takes the other CPUs as the other kind; the kernel lists
+    the kinds in ``/sys/devices/cpu_{atom,core}/cpus``, here only the one overridden."""
+    d = tmp_path / "sys/devices" / kind
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "cpus").write_text(f"{cpus}\n")
 
 
-@xfail(13, "prefer-cpu-priority from the CPU types sysfs describes")
 def test08_low_priority_cpus(tmp_path: Path) -> None:
     from tests.policies.replay.vm import write_vm_sysfs
 
     write_vm_sysfs(tmp_path, N4C16)
-    _hybrid(tmp_path, atom="4-5", core="0-3,6-15")
+    _hybrid(tmp_path, "cpu_atom", "4-5")
     s = Scenario(tmp_path, N4C16, helm_config(), write=False)
     s.create("guaranteed", CONTCOUNT=3, CPU="1",
              ann=[f"{CP}/container.pod0c0: low", f"{CP}/container.pod0c2: low"])  # fmt: skip
@@ -439,12 +438,11 @@ def test08_low_priority_cpus(tmp_path: Path) -> None:
     )
 
 
-@xfail(13, "prefer-cpu-priority from the CPU types sysfs describes")
 def test08_high_priority_cpus(tmp_path: Path) -> None:
     from tests.policies.replay.vm import write_vm_sysfs
 
     write_vm_sysfs(tmp_path, N4C16)
-    _hybrid(tmp_path, atom="2-3,6-15", core="0-1,4-5")
+    _hybrid(tmp_path, "cpu_core", "0-1,4-5")
     s = Scenario(tmp_path, N4C16, helm_config(), write=False, first_pod=1)
     # Upstream sets ANN0 twice; the second (container high) is the one in the pod.
     s.create("guaranteed", CONTCOUNT=3, CPU="1",

@@ -15,12 +15,15 @@ import attrs
 
 from nri_resmgr.resmgr.cache import Allocation, Kind, PoolLoad
 from nri_resmgr.resmgr.cpualloc import PlacementError
-from nri_resmgr.resmgr.cpuallocator import allocate_cpus
+from nri_resmgr.resmgr.cpuallocator import Priority, allocate_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.resmgr.policies.topology_aware.affinity import placed_weights
 from nri_resmgr.resmgr.policies.topology_aware.affinity import pool_score as affinity_score
-from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import check_required_isolation
+from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import (
+    check_required_isolation,
+    priority_capacity,
+)
 from nri_resmgr.resmgr.policies.topology_aware.cpusets import Cpusets
 from nri_resmgr.resmgr.policies.topology_aware.memory import (
     MemoryWant,
@@ -92,6 +95,7 @@ class Engine(Cpusets):
             burstable=want.unlimited or want.limit is not None,
             limit=want.limit,
             level=level,
+            prio=want.prio,
         )
 
     def _score(
@@ -122,7 +126,15 @@ class Engine(Cpusets):
                 else 0.0
             ),
             memory=memory_key(self.memory, pool.mems, memory),
+            prio=self._prio_capacity(c.pool, want, taken),
         )
+
+    def _prio_capacity(self, pool: int, want: Want, taken: CpuSet) -> int:
+        if want.prio is Priority.NONE:
+            return 0
+        part = want.shared_part if want.kind in (Kind.SHARED, Kind.MIXED) else 0
+        shared = self.shared_cpus(pool, taken)
+        return priority_capacity(self.system, shared, want.prio, want.exclusive, part)
 
     # -- grants ---------------------------------------------------------------------------
 

@@ -33,7 +33,8 @@ class Want:
     burst_level: str | None = None
     """The unlimited-burstable annotation (a topology level), unresolved; None: the config's."""
     prio: Priority = Priority.NONE
-    """Preferred CPU priority of exclusive CPUs (``prefer-cpu-priority``)."""
+    """Preferred CPU priority: of exclusive CPUs, and of the pool (``prefer-cpu-priority``
+    for Guaranteed containers, else the config's ``defaultCPUPriority``)."""
     require_isolated: bool = False
     """``require-isolated-cpus`` is the effective isolation annotation: fail without them."""
 
@@ -57,6 +58,8 @@ def wanted(
     reserved_ns = in_reserved_namespace(pod.namespace, spec.reserved_pool_namespaces)
     if has_reserved and (prefer_reserved or (reserved_ns and prefer_reserved is not False)):
         return Want(Kind.RESERVED, request=r)
+    # nri-plugins cpuAllocationPreferences: only Guaranteed containers' annotation counts.
+    default = Priority.parse(spec.default_cpu_priority)
     if req.qos is QoS.BURSTABLE:
         return Want(
             Kind.SHARED,
@@ -64,14 +67,16 @@ def wanted(
             unlimited=req.cpu_limit is None,
             limit=req.cpu_limit,
             burst_level=lookup(pod, container, "unlimited-burstable"),
+            prio=default,
         )
     if req.qos is QoS.BESTEFFORT:
-        return Want(Kind.SHARED, request=0)
-    want = _guaranteed(pod, container, r, spec)
+        return Want(Kind.SHARED, request=0, prio=default)
+    want = attrs.evolve(
+        _guaranteed(pod, container, r, spec), prio=cpu_priority(pod, container, default)
+    )
     if not want.exclusive:
         return want
-    prio = cpu_priority(pod, container, Priority.parse(spec.default_cpu_priority))
-    return attrs.evolve(want, prio=prio, require_isolated=isolation(pod, container).strict)
+    return attrs.evolve(want, require_isolated=isolation(pod, container).strict)
 
 
 def _guaranteed(pod: Pod, container: Container, r: int, spec: TopologyAwareSpec) -> Want:

@@ -13,9 +13,11 @@ upstream's "insufficient isolated, reserved or shared capacity loses"), so the o
    level) more free shared CPU, then the lower upstream id; otherwise (neither at the level)
    a pool below the level beats one above it, then the lower upstream id;
 6. memory: the tighter offer, the matching memory type — ``memory_fit`` (a tie for now);
-7. (CPU classes, CPU priority: not modelled here, a tie);
+7. (CPU classes: not modelled here, a tie); a high or low CPU priority preference: a pool
+   whose free CPUs of that priority cover the request wins (``prio``);
 8. the deeper pool wins;
 9. an isolated request: more isolated capacity wins, then the lower upstream id;
+9a. a normal CPU priority preference: a pool whose free normal CPUs cover the request wins;
 10. an exclusive request: more shared capacity left wins, then the lower upstream id;
 11. a shared-only request: fewer colocated containers win, then more shared capacity;
 12. the lower upstream id wins.
@@ -30,6 +32,7 @@ import functools
 
 import attrs
 
+from nri_resmgr.resmgr.cpuallocator import Priority
 from nri_resmgr.resmgr.policies.topology_aware.pools import Pool
 
 LEVEL_VALUES = {"system": 1, "package": 2, "die": 3, "numa": 4, "l3cache": 5}
@@ -49,6 +52,8 @@ class Ask:
     """mCPU CPU limit of a Burstable container; None is unlimited."""
     level: str = "package"
     """Unlimited Burstable: the (existing) topology level it prefers."""
+    prio: Priority = Priority.NONE
+    """The preferred CPU priority (``prefer-cpu-priority``, ``defaultCPUPriority``)."""
 
 
 @attrs.frozen
@@ -67,6 +72,9 @@ class PoolScore:
     colocated: int
     """Containers placed in this very pool (reserved and preserved ones not counted)."""
     affinity: float = 0.0
+    prio: int = 0
+    """mCPU of free CPUs of the preferred priority left after the request (negative: too
+    few; upstream score.PrioCapacity); 0 without a preference."""
     memory: tuple[int, ...] = ()
     """The memory criteria as a key where larger wins (``memory.score``): offer, exact
     types, burstability, then tightness and having the type; empty without a memory want."""
@@ -126,15 +134,25 @@ def compare(ask: Ask, a: PoolScore, b: PoolScore) -> int:
             return _unlimited(ask, a, b)
     if order := memory_fit(ask, a, b):
         return order
+    if ask.prio in (Priority.HIGH, Priority.LOW) and (order := _prio_fits(a, b)):
+        return order
     if order := _more(a.depth, b.depth):
         return order
     if ask.isolate and (a.isolated > 0 or b.isolated > 0):
         return _more(a.isolated, b.isolated) or _by_id(a, b)
+    if ask.prio is Priority.NORMAL and (order := _prio_fits(a, b)):
+        return order
     if ask.full and (a.shared > 0 or b.shared > 0):
         return _more(a.shared, b.shared) or _by_id(a, b)
     if order := _more(-a.colocated, -b.colocated):
         return order
     return _more(a.shared, b.shared) or _by_id(a, b)
+
+
+def _prio_fits(a: PoolScore, b: PoolScore) -> int:
+    """The pool with enough CPUs of the preferred priority wins; both or neither: a tie."""
+    fits_a, fits_b = a.prio >= 0, b.prio >= 0
+    return 0 if fits_a == fits_b else -1 if fits_a else 1
 
 
 def _unlimited(ask: Ask, a: PoolScore, b: PoolScore) -> int:
