@@ -5,7 +5,9 @@ upstream's "insufficient isolated, reserved or shared capacity loses"), so the o
 
 1. a pool with enough isolated CPUs wins (for a request that prefers isolated CPUs);
 2. the higher affinity score wins;
-3. (topology hints: none are known here, so always a tie);
+3. topology hints (``hints.py``): the higher combined score wins; with every pool at zero,
+   the higher product of the non-zero scores; a tie with some score decides here: the
+   deeper pool, then the lower upstream id;
 4. memory: the better matching offer, then offer burstability — ``memory_offer`` (a tie
    until memory placement is modelled);
 5. a Burstable container with a CPU limit: a pool whose free shared CPU covers the limit
@@ -70,6 +72,9 @@ class PoolScore:
     memory: tuple[int, ...] = ()
     """The memory criteria as a key where larger wins (``memory.score``): offer, exact
     types, burstability, then tightness and having the type; empty without a memory want."""
+    hints: tuple[float, float] | None = None
+    """Topology hint score: the product of the hints' scores and of the non-zero ones
+    (``hints.combine``); None when the container has no hints."""
 
 
 def find_existing_level(levels_postorder: list[str], level: str) -> str:
@@ -115,6 +120,8 @@ def compare(ask: Ask, a: PoolScore, b: PoolScore) -> int:
         return -1 if a.isolated >= 0 else 1
     if order := _more(a.affinity, b.affinity):
         return order
+    if a.hints is not None and (order := _hints(a, b)):
+        return order
     if order := memory_offer(ask, a, b):
         return order
     if ask.burstable:
@@ -135,6 +142,19 @@ def compare(ask: Ask, a: PoolScore, b: PoolScore) -> int:
     if order := _more(-a.colocated, -b.colocated):
         return order
     return _more(a.shared, b.shared) or _by_id(a, b)
+
+
+def _hints(a: PoolScore, b: PoolScore) -> int:
+    """Upstream compareScores "better topology hint score wins", whose tie with any non-zero
+    score is settled here by depth and id rather than by the later criteria."""
+    (ha, na), (hb, nb) = a.hints or (0.0, 0.0), b.hints or (0.0, 0.0)
+    if order := _more(ha, hb):
+        return order
+    if ha == 0.0 and (order := _more(na, nb)):
+        return order
+    if ha != 0.0 or na != 0.0:
+        return _more(a.depth, b.depth) or _by_id(a, b)
+    return 0
 
 
 def _unlimited(ask: Ask, a: PoolScore, b: PoolScore) -> int:
