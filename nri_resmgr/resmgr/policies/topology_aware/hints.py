@@ -45,6 +45,7 @@ from nri_resmgr.sysfs import System
 
 __all__ = [
     "ContainerHints",
+    "Granted",
     "Hint",
     "HintTarget",
     "combine",
@@ -52,6 +53,7 @@ __all__ = [
     "hint_targets",
     "misaligned",
     "pool_score",
+    "strict_failure",
     "take_cpus",
 ]
 
@@ -435,3 +437,33 @@ def take_cpus(
     if total > 0:
         out = out | allocate_cpus(system, left, total, prio)
     return out
+
+
+@attrs.frozen
+class Granted:
+    """What strict hints are checked against: the CPU sets of a grant (empty: none of that
+    kind) and its memory nodes."""
+
+    shared: CpuSet = attrs.field(factory=CpuSet)
+    reserved: CpuSet = attrs.field(factory=CpuSet)
+    exclusive: CpuSet = attrs.field(factory=CpuSet)
+    mems: CpuSet = attrs.field(factory=CpuSet)
+
+
+def strict_failure(hints: ContainerHints, system: System, granted: Granted) -> str | None:
+    """Why a grant fails the container's strict hints (nri-plugins
+    verifyStrictTopologyHints, in its order), or None when it does not (or they are not
+    strict). Unlike upstream, which checks the memory zone before it is set, the memory
+    nodes the container was given are checked too."""
+    if not hints.strict:
+        return None
+    for hint in hints.hints:
+        for what, cpus in (("shared", granted.shared), ("reserved", granted.reserved),
+                           ("exclusive", granted.exclusive)):  # fmt: skip
+            bad = misaligned(hint, system, cpus) if cpus else CpuSet()
+            if bad:
+                return f'granted {what} CPUs "{bad}" fail strict hint {hint}'
+        bad = misaligned_mems(hint, system, granted.mems)
+        if bad:
+            return f"granted memory zones {bad} fail strict hint {hint}"
+    return None
