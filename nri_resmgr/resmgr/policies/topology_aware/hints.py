@@ -117,14 +117,15 @@ class HintTarget:
 
 
 def container_hints(pod: Pod, container: Container, system: System) -> ContainerHints | None:
-    """The container's hints, NUMA-only ones resolved to CPUs; None when it has none."""
+    """The container's hints, NUMA-only ones resolved to CPUs; None when it has none. Every
+    hint annotation is read whenever the pod has annotations, as upstream reads them."""
     if not pod.annotations:
         return None  # the common case: no lookups at all
-    hints = _gather(pod, container, system)
-    if not hints:
-        return None
     strict = _bool(pod, container, STRICT)
     pick = _bool(pod, container, PICK)
+    hints = _gather(pod, container)
+    if not hints:
+        return None
     if pick:
         # nri-plugins getMemOfferByHints: the memory zone of the pod-resource hints.
         say_once(f"{PICK}.{DOMAIN} (memory zone by hints)")
@@ -142,7 +143,7 @@ def _bool(pod: Pod, container: Container, name: str) -> bool:
     return parsed is True
 
 
-def _gather(pod: Pod, container: Container, system: System) -> list[Hint]:
+def _gather(pod: Pod, container: Container) -> list[Hint]:
     where = f"{pod.namespace}/{pod.name}/{container.name}"
     sources = _sources(lookup(pod, container, HINTS), where)
     if sources is None:
@@ -150,6 +151,8 @@ def _gather(pod: Pod, container: Container, system: System) -> list[Hint]:
     if sources and lookup(pod, container, HINTS) is not None:
         # Asked for explicitly: say that the automatic sources give nothing here.
         say_once(f"{HINTS}.{DOMAIN} (hints from mounts, devices and pod resources)")
+    allow = _path_list(pod, container, "allow", where)
+    deny = _path_list(pod, container, "deny", where)
     test = lookup(pod, container, TEST)
     if test is None:
         return []
@@ -158,8 +161,6 @@ def _gather(pod: Pod, container: Container, system: System) -> list[Hint]:
         log.info("test topology hints are read only with %s set, as in nri-plugins",
                  TEST_APIS_ENV)  # fmt: skip
         return []
-    allow = _path_list(pod, container, "allow", where)
-    deny = _path_list(pod, container, "deny", where)
     out: dict[str, Hint] = {}
     for hint in _test_hints(test, where):
         if denied(hint.provider, allow, deny):
