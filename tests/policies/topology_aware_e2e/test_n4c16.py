@@ -675,6 +675,11 @@ ISO = "isolated-cpus.resource-policy.nri.io"
 def test18_strict_alignment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Upstream's chart always sets ENABLE_TEST_APIS (its template tests a non-empty string).
     monkeypatch.setenv("ENABLE_TEST_APIS", "1")
+    strict_alignment(tmp_path)
+
+
+def strict_alignment(tmp_path: Path) -> None:
+    """test18's pods, with test topology hints enabled (the simulated replay runs it too)."""
     s = run(tmp_path)
     node2 = '{"cpu08", "cpu09", "cpu10", "cpu11"}'
     s.create("guaranteed", CONTCOUNT=1, CPU="1", MEM="100M", ann=_hint("pod0", "2"))
