@@ -19,15 +19,17 @@ from nri_resmgr.resmgr.cpuallocator import Priority
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.resmgr.policies.topology_aware.hint_sources import (
+    PathList,
+    container_hints,
+    denied,
+)
 from nri_resmgr.resmgr.policies.topology_aware.hints import (
     ContainerHints,
     Granted,
     Hint,
     HintTarget,
-    PathList,
     combine,
-    container_hints,
-    denied,
     hint_targets,
     misaligned,
     misaligned_mems,

@@ -23,12 +23,12 @@ from nri_resmgr.resmgr.policies.topology_aware.affinity import placed_weights
 from nri_resmgr.resmgr.policies.topology_aware.affinity import pool_score as affinity_score
 from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import check_required_isolation
 from nri_resmgr.resmgr.policies.topology_aware.cpusets import Cpusets
+from nri_resmgr.resmgr.policies.topology_aware.hint_sources import container_hints
 from nri_resmgr.resmgr.policies.topology_aware.hints import (
     ContainerHints,
     Granted,
     HintTarget,
     combine,
-    container_hints,
     hint_targets,
     pool_score,
     strict_failure,

@@ -14,7 +14,7 @@ _IN_DOMAIN = (
     "rdtclass",
     "blockioclass",
 )
-# The topology hint annotations are applied (``hints.py``), which says itself what of them is
+# The topology hint annotations are applied (``hint_sources.py``), which says itself what of them is
 # not: test hints without ENABLE_TEST_APIS, hints from mounts, devices and pod resources, and
 # the memory zone of pick-resources-by-hints.
 
