@@ -11,13 +11,14 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+import attrs
 import pytest
 
 from nri_resmgr.config import notapplied
 from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuallocator import Priority
 from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.resmgr.model import Container, DeviceNode, Pod
 from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policies.topology_aware.hint_sources import (
     PathList,
@@ -39,6 +40,7 @@ from nri_resmgr.resmgr.policies.topology_aware.hints import (
 )
 from nri_resmgr.resmgr.policies.topology_aware.pools import build_pools
 from nri_resmgr.resmgr.policies.topology_aware.scoring import Ask, PoolScore, compare
+from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.sysfs import System, discover
 from tests.policies.workload import Runtime, container, pod, running, start, topology_spec
 from tests.sysfs.fakesys import FOUR_NUMA_DIES, N4C16, Layout, write_sysfs
@@ -386,3 +388,102 @@ def test_pick_resources_by_hints_takes_exclusive_cpus_from_each_hint(tmp_path: P
     # Both land in the root (the hints span sockets); only the picked one gets 7 and 12.
     assert rt.cpus[with_pick.id] == "7,12"
     assert rt.cpus[without.id] != "7,12"
+
+
+# -- device nodes: pkg/topology NewTopologyHints, container.go isReadOnlyDevice -----------
+
+
+@pytest.mark.parametrize(
+    ("rules", "writable"),
+    [
+        ([], False),  # no rule: read-only, as upstream
+        ([("", 0, 0, "rwm")], True),  # the wildcard rule (containerd's deny-all has "rwm")
+        ([("c", 240, 0, "r")], False),
+        ([("c", 240, 0, "rw"), ("", 0, 0, "r")], True),  # the device's own rule decides
+        ([("", 0, 0, "rwm"), ("c", 240, 0, "r")], True),  # ... but a wildcard before it stays
+        ([("b", 240, 0, "rw")], False),
+    ],
+)
+def test_device_writable(rules: list[tuple[str, int, int, str]], writable: bool) -> None:
+    from nri_resmgr.resmgr.model import device_writable
+
+    assert device_writable(("c", 240, 0), rules) is writable
+
+
+def _device(root: Path, dev: str, target: str, files: Mapping[str, str]) -> None:
+    """``/sys/dev/<dev>`` -> ``/sys/devices/<target>``, with ``files`` in that directory
+    (``../name`` in its parent)."""
+    d = root / "sys/devices" / target
+    d.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (d / name).resolve().parent.mkdir(parents=True, exist_ok=True)
+        (d / name).write_text(text + "\n")
+    link = root / "sys/dev" / dev
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(d)
+
+
+@pytest.fixture
+def devices(tmp_path: Path) -> Path:
+    system(tmp_path)
+    _device(tmp_path, "char/240:0", "pci0000:00/0000:00:03.0/nvme/nvme0",
+            {"../../numa_node": "2", "../../local_cpulist": "8-11"})  # fmt: skip
+    # NUMA node only: the parent bus names the CPUs.
+    _device(tmp_path, "char/241:0", "pci0000:02/0000:02:00.0",
+            {"numa_node": "3", "../cpulistaffinity": "12-15"})  # fmt: skip
+    # NUMA node only and no CPUs anywhere: firmware's socket id.
+    _device(tmp_path, "char/242:0", "pci0000:01/0000:01:00.0", {"numa_node": "1"})
+    _device(tmp_path, "char/243:0", "pci0000:03/0000:03:00.0", {"numa_node": "-1"})
+    # A RAID: its members' hints.
+    _device(tmp_path, "block/9:0", "virtual/block/md0", {})
+    (tmp_path / "sys/devices/virtual/block/md0/slaves").mkdir()
+    (tmp_path / "sys/devices/virtual/block/md0/slaves/nvme0").symlink_to(
+        tmp_path / "sys/devices/pci0000:00/0000:00:03.0/nvme/nvme0"
+    )
+    return tmp_path
+
+
+def _dev_hints(root: Path, *nodes: DeviceNode, deny: str = "") -> list[Hint]:
+    from nri_resmgr.resmgr.policies.topology_aware.device_hints import device_hints
+
+    return device_hints(str(root), nodes, lambda p: bool(deny) and p.startswith(deny))
+
+
+NVME = "/sys/devices/pci0000:00/0000:00:03.0"
+BUS2, BUS1 = "/sys/devices/pci0000:02/0000:02:00.0", "/sys/devices/pci0000:01/0000:01:00.0"
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"),
+    [
+        (DeviceNode("c", 240, 0), [Hint(NVME, cs("8-11"), cs("2"))]),
+        (DeviceNode("char", 240, 0), [Hint(NVME, cs("8-11"), cs("2"))]),
+        (DeviceNode("c", 241, 0), [Hint(BUS2, cs("12-15"), cs("3"))]),
+        (DeviceNode("c", 242, 0), [Hint(BUS1, sockets=cs("1"))]),
+        (DeviceNode("c", 243, 0), []),  # numa_node -1: no affinity
+        (DeviceNode("b", 9, 0), [Hint(NVME, cs("8-11"), cs("2"))]),  # via slaves/
+        (DeviceNode("c", 240, 0, writable=False), []),
+        (DeviceNode("c", 1, 3), []),  # not in sysfs
+        (DeviceNode("u", 240, 0), []),  # not a char or block device
+    ],
+)  # fmt: skip
+def test_device_hints_from_sysfs(devices: Path, node: DeviceNode, expected: list[Hint]) -> None:
+    assert _dev_hints(devices, node) == expected
+
+
+def test_a_denied_device_path_gives_no_hint(devices: Path) -> None:
+    assert _dev_hints(devices, DeviceNode("c", 240, 0), deny="/sys/devices/pci0000:00") == []
+
+
+def test_a_device_steers_a_container_without_any_annotation(devices: Path) -> None:
+    p = TopologyAwarePolicy()
+    p.setup(topology_spec(), PolicyEnv(host_root=str(devices)))
+    rt = Runtime(p)
+    pd = pod("dev", "guaranteed")
+    nvme = (DeviceNode("c", 240, 0),)
+    c = rt.create((pd, attrs.evolve(container(pd, "c0", 1000, 1000), devices=nvme)))
+    assert rt.mems[c.id] == "2" and cs(rt.cpus[c.id] or "").issubset(cs("8-11"))
+    # Turned off by annotation: placed as without the device.
+    off = pod("off", "guaranteed", annotations={f"topologyhints.{P}": "false"})
+    c = rt.create((off, attrs.evolve(container(off, "c0", 1000, 1000), devices=nvme)))
+    assert rt.mems[c.id] != "2"

@@ -9,9 +9,10 @@
   a list (``mounts,devices,pod-resources,all``) selects the automatic sources.
 - ``allow.topologyhints``/``deny.topologyhints`` (``{type: prefix|glob, paths: [...]}``):
   filter hints by provider path, deny first, an allow match overriding it.
-- Automatic hints from mounts' and devices' sysfs entries and from kubelet's pod resources
-  API are not generated: the runtime model carries no mounts or devices and there is no
-  pod-resources client. Said once when a container asks for them explicitly.
+- The container's writable device nodes (``device_hints``), unless turned off.
+- Automatic hints from mounts' sysfs entries and from kubelet's pod resources API are not
+  generated: the runtime model carries no mounts and there is no pod-resources client. Said
+  once when a container asks for them explicitly.
 
 Every hint annotation is read whenever the pod has annotations, as upstream reads them.
 """
@@ -32,6 +33,7 @@ from nri_resmgr.config.notapplied import say_once
 from nri_resmgr.resmgr.annotations import DOMAIN, lookup, parse_bool
 from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
 from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.resmgr.policies.topology_aware.device_hints import device_hints
 from nri_resmgr.resmgr.policies.topology_aware.hints import ContainerHints, Hint
 from nri_resmgr.sysfs import System
 
@@ -53,11 +55,11 @@ _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def container_hints(pod: Pod, container: Container, system: System) -> ContainerHints | None:
     """The container's hints, NUMA-only ones resolved to CPUs; None when it has none. Every
     hint annotation is read whenever the pod has annotations, as upstream reads them."""
-    if not pod.annotations:
+    if not pod.annotations and not container.devices:
         return None  # the common case: no lookups at all
     strict = _bool(pod, container, STRICT)
     pick = _bool(pod, container, PICK)
-    hints = _gather(pod, container)
+    hints = _gather(pod, container, system.host_root)
     if not hints:
         return None
     if pick:
@@ -77,30 +79,35 @@ def _bool(pod: Pod, container: Container, name: str) -> bool:
     return parsed is True
 
 
-def _gather(pod: Pod, container: Container) -> list[Hint]:
+def _gather(pod: Pod, container: Container, root: str) -> list[Hint]:
+    """Device hints, then test hints (upstream's order: mounts, devices, pod resources,
+    test), the first of a provider staying (MergeTopologyHints)."""
     where = f"{pod.namespace}/{pod.name}/{container.name}"
     sources = _sources(lookup(pod, container, HINTS), where)
     if sources is None:
         return []
-    if sources and lookup(pod, container, HINTS) is not None:
-        # Asked for explicitly: say that the automatic sources give nothing here.
-        say_once(f"{HINTS}.{DOMAIN} (hints from mounts, devices and pod resources)")
+    if sources & {"mounts", "pod-resources", "all"} and lookup(pod, container, HINTS):
+        # Asked for explicitly: say that these sources give nothing here.
+        say_once(f"{HINTS}.{DOMAIN} (hints from mounts and pod resources)")
     allow = _path_list(pod, container, "allow", where)
     deny = _path_list(pod, container, "deny", where)
+    out: dict[str, Hint] = {}
+    if container.devices and sources & {"devices", "all"}:
+        for hint in device_hints(root, container.devices, lambda p: denied(p, allow, deny)):
+            out.setdefault(hint.provider, hint)
     test = lookup(pod, container, TEST)
     if test is None:
-        return []
+        return list(out.values())
     if not os.environ.get(TEST_APIS_ENV):
         say_once(f"{TEST}.{DOMAIN}")
         log.info("test topology hints are read only with %s set, as in nri-plugins",
                  TEST_APIS_ENV)  # fmt: skip
-        return []
-    out: dict[str, Hint] = {}
+        return list(out.values())
     for hint in _test_hints(test, where):
         if denied(hint.provider, allow, deny):
             log.info("%s: denied test topology hint %s", where, hint)
             continue
-        out.setdefault(hint.provider, hint)  # upstream MergeTopologyHints: the first stays
+        out.setdefault(hint.provider, hint)
     return list(out.values())
 
 
