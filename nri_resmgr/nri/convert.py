@@ -1,8 +1,9 @@
 """Conversions between NRI protobuf messages and the wire-independent resource-manager model.
 
 Only what policies read or set crosses over: identity, labels and annotations, state, and the
-CPU/memory resources (cpuset cpus/mems, CPU shares/quota/period, memory limit), and the DRA
-claims a container names (its claim env vars and injected CDI devices; other env is dropped).
+CPU/memory resources (cpuset cpus/mems, CPU shares/quota/period, memory limit), the DRA
+claims a container names (its claim env vars and injected CDI devices; other env is dropped),
+and its device nodes (type, major, minor, writable by the device cgroup rules).
 """
 
 from __future__ import annotations

@@ -2,11 +2,12 @@
 uses them (``cmd/plugins/topology-aware/policy/hint.go``, ``node.go`` HintScore, ``pools.go``
 combineHintScores, ``resources.go`` verifyStrictTopologyHints and takeCPUsByHints).
 
-A hint names CPUs, NUMA nodes or sockets; ``hint_sources`` gathers a container's from its
-annotations, once per grant. Pool choice reads one score per pool (``pool_score``, combined
-over the hints by ``combine``); with ``strict.topologyhints`` a grant whose CPUs or memory
-lie outside a hint fails (``strict_failure``); ``pick-resources-by-hints`` takes exclusive
-CPUs per pod-resource-API hint (``take_cpus``).
+A hint names CPUs, NUMA nodes or sockets; ``hint_sources`` gathers a container's (from its
+device nodes' sysfs entries and its annotations) once per grant. Pool choice reads one score
+per pool (``pool_score``, combined over the hints by ``combine``); with
+``strict.topologyhints`` a grant whose CPUs or memory lie outside a hint fails
+(``strict_failure``); ``pick-resources-by-hints`` takes exclusive CPUs per pod-resource-API
+hint (``take_cpus``).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ _IN_DOMAIN = (
     "blockioclass",
 )
 # The topology hint annotations are applied (``hint_sources.py``), which says itself what of them is
-# not: test hints without ENABLE_TEST_APIS, hints from mounts, devices and pod resources, and
-# the memory zone of pick-resources-by-hints.
+# not: test hints without ENABLE_TEST_APIS, hints from mounts and pod resources, and the
+# memory zone of pick-resources-by-hints.
 
 NOT_APPLIED_ANNOTATIONS = frozenset(
     {f"{name}.{DOMAIN}" for name in _IN_DOMAIN} | {"noderesource.dev/resources"}
