@@ -1,8 +1,9 @@
 """Conversions between NRI protobuf messages and the wire-independent resource-manager model.
 
 Only what policies read or set crosses over: identity, labels and annotations, state, and the
-CPU/memory resources (cpuset cpus/mems, CPU shares/quota/period, memory limit), and the DRA
-claims a container names (its claim env vars and injected CDI devices; other env is dropped).
+CPU/memory resources (cpuset cpus/mems, CPU shares/quota/period, memory limit), the DRA
+claims a container names (its claim env vars and injected CDI devices; other env is dropped),
+and its device nodes (type, major, minor, writable by the device cgroup rules).
 """
 
 from __future__ import annotations
@@ -94,8 +95,36 @@ def container_from_proto(ctr: api.Container) -> model.Container:
         pid=ctr.pid,
         claims=model.claims_from_env(ctr.env),
         cdi_devices=tuple(d.name for d in ctr.cdi_devices),
+        devices=_device_nodes(ctr.linux),
         oom_score_adj=ctr.linux.oom_score_adj.value if _present(ctr.linux.oom_score_adj) else None,
     )
+
+
+def _device_nodes(linux: api.LinuxContainer) -> tuple[model.DeviceNode, ...]:
+    if not linux.devices:
+        return ()
+    rules = [(r.type, _opt(r.major) or 0, _opt(r.minor) or 0, r.access)
+             for r in linux.resources.devices]  # fmt: skip
+    return tuple(
+        model.DeviceNode(
+            d.type, d.major, d.minor, model.device_writable((d.type, d.major, d.minor), rules)
+        )
+        for d in linux.devices
+    )
+
+
+def _device_rules(ctr: model.Container) -> list[api.LinuxDeviceCgroup]:
+    """One cgroup rule per device node, ``rwm`` or ``r`` as it is writable or not."""
+    return [
+        api.LinuxDeviceCgroup(
+            allow=True,
+            type=d.type,
+            major=api.OptionalInt64(value=d.major),
+            minor=api.OptionalInt64(value=d.minor),
+            access="rwm" if d.writable else "r",
+        )
+        for d in ctr.devices
+    ]
 
 
 def container_to_proto(ctr: model.Container) -> api.Container:
@@ -110,12 +139,17 @@ def container_to_proto(ctr: model.Container) -> api.Container:
         env=[f"{model.claim_env_name(uid)}={cpus}" for uid, cpus in ctr.claims.items()],
         cdi_devices=[api.CdiDevice(name=name) for name in ctr.cdi_devices],
     )
-    if ctr.resources is not None or ctr.oom_score_adj is not None:
+    if ctr.resources is not None or ctr.oom_score_adj is not None or ctr.devices:
         linux = api.LinuxContainer()
         if ctr.resources is not None:
             linux.resources = resources_to_proto(ctr.resources)
         if ctr.oom_score_adj is not None:
             linux.oom_score_adj = api.OptionalInt(value=ctr.oom_score_adj)
+        if ctr.devices:
+            linux.devices = [api.LinuxDevice(type=d.type, major=d.major, minor=d.minor)
+                             for d in ctr.devices]  # fmt: skip
+            if ctr.resources is not None:
+                linux.resources.devices = _device_rules(ctr)
         out.linux = linux
     return out
 

@@ -20,10 +20,12 @@ from nri_resmgr.resmgr.model import (
     Adjustment,
     Container,
     ContainerState,
+    DeviceNode,
     Pod,
     Resources,
     Update,
     claims_from_env,
+    device_writable,
 )
 
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
@@ -212,6 +214,7 @@ def container(buf: bytes) -> Container:
     oom_score_adj: int | None = None
     env: list[str] = []
     cdi_devices: list[str] = []
+    device_bufs: list[bytes] = []
     for number, value in fields(buf):
         if number in strings:
             strings[number] = _text(value, number)
@@ -231,6 +234,8 @@ def container(buf: bytes) -> Container:
                     _sub(res_parts, 3, v)
                 elif n == 4:  # oom_score_adj, an OptionalInt (int64 value)
                     oom_score_adj = _wrapped(_bytes(v, 4), signed=True)
+                elif n == 2:  # devices: LinuxDevice, rare (device plugins, privileged)
+                    device_bufs.append(_bytes(v, 2))
         elif number == 12:
             pid = _int(value, 12) & 0xFFFFFFFF
     return Container(
@@ -244,8 +249,39 @@ def container(buf: bytes) -> Container:
         pid=pid,
         claims=claims_from_env(env),
         cdi_devices=tuple(cdi_devices),
+        devices=_device_nodes(device_bufs, _joined(res_parts, 3)) if device_bufs else (),
         oom_score_adj=oom_score_adj,
     )
+
+
+def _device_nodes(device_bufs: list[bytes], res: bytes) -> tuple[DeviceNode, ...]:
+    """The LinuxDevices (type=2, major=3, minor=4), each writable or not by the device cgroup
+    rules: LinuxResources field 7, LinuxDeviceCgroup type=2, major/minor=3/4 OptionalInt64,
+    access=5."""
+    rules = [_device_rule(_bytes(v, 7)) for n, v in fields(res) if n == 7]
+    out = []
+    for buf in device_bufs:
+        kind, ids = "", {3: 0, 4: 0}
+        for n, v in fields(buf):
+            if n == 2:
+                kind = _text(v, 2)
+            elif n in ids:
+                ids[n] = _int64(_int(v, n))
+        key = (kind, ids[3], ids[4])
+        out.append(DeviceNode(kind, ids[3], ids[4], writable=device_writable(key, rules)))
+    return tuple(out)
+
+
+def _device_rule(buf: bytes) -> tuple[str, int, int, str]:
+    kind, access, ids = "", "", {3: 0, 4: 0}
+    for n, v in fields(buf):
+        if n == 2:
+            kind = _text(v, 2)
+        elif n == 5:
+            access = _text(v, 5)
+        elif n in ids:
+            ids[n] = _wrapped(_bytes(v, n), signed=True)
+    return kind, ids[3], ids[4], access
 
 
 def _cdi_device_name(buf: bytes) -> str:

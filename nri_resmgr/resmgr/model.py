@@ -47,6 +47,32 @@ class Pod:
 
 
 @attrs.frozen
+class DeviceNode:
+    """A device node the runtime creates in a container (its OCI ``linux.devices``)."""
+
+    type: str
+    """``c`` or ``b`` (``char``/``block`` also taken)."""
+    major: int
+    minor: int
+    writable: bool = True
+    """The container's device cgroup rules let it write (nri-plugins isReadOnlyDevice): only
+    writable devices give topology hints."""
+
+
+def device_writable(node: tuple[str, int, int], rules: Iterable[tuple[str, int, int, str]]) -> bool:
+    """nri-plugins isReadOnlyDevice, negated: ``(type, major, minor, access)`` rules in
+    order; a wildcard rule (no type, 0:0) with ``w`` makes devices writable, the device's own
+    rule decides for it. (Upstream reads ``access`` alone, not ``allow``.)"""
+    writable = False
+    for rtype, rmajor, rminor, access in rules:
+        if (rtype, rmajor, rminor) == ("", 0, 0):
+            writable = writable or "w" in access
+        elif (rtype, rmajor, rminor) == node:
+            return writable or "w" in access
+    return writable
+
+
+@attrs.frozen
 class Container:
     id: str
     pod_id: str
@@ -61,6 +87,8 @@ class Container:
     found in the container's environment. Untrusted: the pod spec can set any env too."""
     cdi_devices: tuple[str, ...] = ()
     """Fully qualified CDI device names the runtime injected (containerd >= 2.3 only)."""
+    devices: tuple[DeviceNode, ...] = ()
+    """Device nodes in the container: where they sit in sysfs gives topology hints."""
     oom_score_adj: int | None = None
     """linux.oom_score_adj as kubelet set it: for a Burstable container it encodes the memory
     request (``requests.memory_request``), which the OCI spec does not carry otherwise."""

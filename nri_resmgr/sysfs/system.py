@@ -76,6 +76,8 @@ class System:
     isolated: CpuSet
     details: CpuDetails = attrs.field(factory=CpuDetails, eq=False)
     """Caches, frequencies, core kinds: what the CPU allocator ranks CPUs by."""
+    host_root: str = attrs.field(default="", eq=False)
+    """The prefix its sysfs was read under: device topology is read there too."""
 
     @property
     def online(self) -> CpuSet:
@@ -186,7 +188,7 @@ def discover(host_root: str = "") -> System:
     nodes = _read_nodes(sys_dir / "devices/system/node", node_of, online, host_root)
     isolated = _parse(_read(cpu_dir / "isolated") or "", cpu_dir / "isolated") & online
     details = read_details(host_root, online)
-    system = System(cpus=cpus, nodes=nodes, isolated=isolated, details=details)
+    system = System(cpus=cpus, nodes=nodes, isolated=isolated, details=details, host_root=host_root)
     log.debug("discovered %d CPUs, %d NUMA nodes", len(cpus), len(nodes))
     return system
 

@@ -81,3 +81,43 @@ async def test_a_burstable_memory_limit_no_node_holds_gets_a_socket_by_its_oom_s
     # A socket: two nodes (socket 1, socket 0 holding the reserved CPU), CPUs and memory.
     assert {c // 4 for c in socket_cpus} == socket_mems and len(socket_mems) == 2, replies[0]
     assert len({c // 4 for c in node_cpus}) == 1 and len(node_mems) == 2, replies[1]
+
+
+async def test_a_device_node_steers_placement_by_its_sysfs_topology(
+    harness: Harness, sockdir: Path
+) -> None:
+    """A container's linux.devices cross the real NRI code with their cgroup rules: a
+    writable char device whose sysfs entry (under --host-root) sits on NUMA node 3 puts a
+    1-CPU Guaranteed container there (nri-plugins' device topology hints), where without a
+    hint it would go to node 2 (idle too, lower id); the same device read-only gives no
+    hint."""
+    root = write_sysfs(sockdir / "host", N4C16)
+    dev = root / "sys/devices/pci0000:00/0000:00:03.0"
+    dev.mkdir(parents=True)
+    (dev / "numa_node").write_text("3\n")
+    (dev / "local_cpulist").write_text("12-15\n")
+    (root / "sys/dev/char").mkdir(parents=True)
+    (root / "sys/dev/char/240:0").symlink_to(dev)
+    pod = {**objects.pod(1), "linux": {"cgroup_parent": "/kubepods/pod1"}}  # Guaranteed
+    made = []
+    for n, access in ((1, "r"), (2, "rwm")):
+        c = objects.container(pod, n, milli_cpu=1000)
+        c["linux"]["devices"] = [{"path": "/dev/nvme0", "type": "c", "major": "240",
+                                  "minor": "0"}]  # fmt: skip
+        c["linux"]["resources"]["devices"] = [
+            {"allow": True, "type": "c", "major": {"value": "240"}, "minor": {"value": "0"},
+             "access": access}
+        ]  # fmt: skip
+        made.append(c)
+    async with running_daemon(harness, sockdir, CONFIG, "--host-root", str(root)):
+        await harness.wait_plugin(timeout=20)
+        await harness.relay("run-pod", pod=pod)
+        replies = [
+            (await harness.relay("create-container", pod=pod, container=c))["adjust"]["linux"][
+                "resources"
+            ]["cpu"]
+            for c in made
+        ]
+    (ro_cpus, ro_mems), (rw_cpus, rw_mems) = ((cpus(r["cpus"]), r["mems"]) for r in replies)
+    assert rw_cpus <= {12, 13, 14, 15} and rw_mems == "3", replies[1]
+    assert not ro_cpus <= {12, 13, 14, 15} and ro_mems != "3", replies[0]

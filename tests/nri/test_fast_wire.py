@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 from nri_resmgr._gen import ttrpc as envelope
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.nri import convert, wire
-from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
+from nri_resmgr.resmgr.model import (
+    Adjustment,
+    Container,
+    ContainerState,
+    DeviceNode,
+    Pod,
+    Resources,
+    Update,
+)
 
 text = st.text(max_size=12)
 labels = st.dictionaries(text, text, max_size=3)
@@ -70,7 +78,12 @@ containers = st.builds(
     claims=st.dictionaries(st.uuids().map(str), cpuset.filter(bool), max_size=2),
     cdi_devices=st.lists(text, max_size=2).map(tuple),
     oom_score_adj=optional(st.integers(-1000, 1000)),
-)
+    devices=st.lists(
+        st.builds(DeviceNode, type=st.sampled_from(["c", "b", "u"]), major=st.integers(0, 4095),
+                  minor=st.integers(0, 2**20), writable=st.booleans()),
+        max_size=2, unique_by=lambda d: (d.type, d.major, d.minor),
+    ).map(tuple),
+)  # fmt: skip
 updates = st.builds(Update, container_id=text, adjustment=adjustments, ignore_failure=st.booleans())
 
 
@@ -95,6 +108,12 @@ def test_container_event_decodes_as_the_generated_code_reads_it(pod: Pod, ctr: C
     # Both codecs dropping a field would agree: the one kubelet's memory request rides on
     # (oom_score_adj) must make the round trip.
     assert expected[1].oom_score_adj == ctr.oom_score_adj
+    # And the device nodes topology hints come from, writable as their cgroup rules say
+    # (the rules ride in linux.resources: without resources every device is read-only).
+    writable = ctr.resources is not None
+    assert expected[1].devices == tuple(
+        DeviceNode(d.type, d.major, d.minor, d.writable and writable) for d in ctr.devices
+    )
 
 
 @given(st.lists(pods, max_size=3), st.lists(containers, max_size=3), st.booleans())

@@ -670,8 +670,14 @@ def _hint(pod: str, numa: str) -> list[str]:
 ISO = "isolated-cpus.resource-policy.nri.io"
 
 
-@pytest.mark.xfail(strict=True, reason="not in issue 14: strict/test topology hints")
-def test18_strict_alignment(tmp_path: Path) -> None:
+def test18_strict_alignment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Upstream's chart always sets ENABLE_TEST_APIS (its template tests a non-empty string).
+    monkeypatch.setenv("ENABLE_TEST_APIS", "1")
+    strict_alignment(tmp_path)
+
+
+def strict_alignment(tmp_path: Path) -> None:
+    """test18's pods, with test topology hints enabled (the simulated replay runs it too)."""
     s = run(tmp_path)
     node2 = '{"cpu08", "cpu09", "cpu10", "cpu11"}'
     s.create("guaranteed", CONTCOUNT=1, CPU="1", MEM="100M", ann=_hint("pod0", "2"))
@@ -690,6 +696,16 @@ def test18_strict_alignment(tmp_path: Path) -> None:
     s.create("guaranteed", CONTCOUNT=1, CPU="1", MEM="100M",
              ann=[*_hint("pod5", "2"), f'prefer-{ISO}/container.pod5c0: "true"'])  # fmt: skip
     s.verify(f'cpus["pod5c0"].issubset({node2})', 'node_ids(nodes["pod5c0"]) == {2}')
+    s.delete("pod5")
+    # The same two with the isolation preferences at different scopes.
+    e = s.try_create("guaranteed", CONTCOUNT=1, CPU="1", MEM="100M",
+                     ann=[*_hint("pod6", "2"), f'prefer-{ISO}/pod: "false"',
+                          f'require-{ISO}/container.pod6c0: "true"'])  # fmt: skip
+    assert e is not None and "isolated CPUs" in str(e)
+    s.create("guaranteed", CONTCOUNT=1, CPU="1", MEM="100M",
+             ann=[*_hint("pod7", "2"), f'prefer-{ISO}/container.pod7c0: "true"',
+                  f'require-{ISO}/pod: "true"'])  # fmt: skip
+    s.verify(f'cpus["pod7c0"].issubset({node2})', 'node_ids(nodes["pod7c0"]) == {2}')
 
 
 # -- test30-numa-disabled -------------------------------------------------------------------

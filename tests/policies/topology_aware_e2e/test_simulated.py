@@ -31,3 +31,11 @@ def test_through_the_simulated_runtime(
     replay: Callable[[Path], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     replay_simulated(scenario, monkeypatch, replay, tmp_path)
+
+
+def test18_strict_alignment_through_the_simulated_runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The strict-hint refusal travels back over NRI as the container's creation error.
+    monkeypatch.setenv("ENABLE_TEST_APIS", "1")
+    replay_simulated(scenario, monkeypatch, test_n4c16.strict_alignment, tmp_path)

@@ -8,6 +8,7 @@ pools; ``refresh`` turns those changes into updates.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 
@@ -25,6 +26,17 @@ from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import (
     priority_capacity,
 )
 from nri_resmgr.resmgr.policies.topology_aware.cpusets import Cpusets
+from nri_resmgr.resmgr.policies.topology_aware.hint_sources import container_hints
+from nri_resmgr.resmgr.policies.topology_aware.hints import (
+    ContainerHints,
+    Granted,
+    HintTarget,
+    combine,
+    hint_targets,
+    pool_score,
+    strict_failure,
+    take_cpus,
+)
 from nri_resmgr.resmgr.policies.topology_aware.memory import (
     MemoryWant,
     memory_key,
@@ -59,9 +71,11 @@ class Engine(Cpusets):
         hint: str | None = None,
         affinity: Mapping[str, int] | None = None,
         memory: MemoryWant | None = None,
+        topo: ContainerHints | None = None,
     ) -> Candidate | None:
         """The best fitting pool for ``want`` (the hinted one if it fits), in nri-plugins'
-        order (``scoring.compare``); ``affinity`` weighs pools by name; None if none fits."""
+        order (``scoring.compare``); ``affinity`` weighs pools by name, ``topo`` by the
+        container's topology hints; None if none fits."""
         taken = self.cache.exclusive_cpus()
         usage = self._usage()
         if hint is not None and hint in self.index:
@@ -75,7 +89,7 @@ class Engine(Cpusets):
             return fits[0]
         ask = self._ask(want)
         weights = {self.index[n]: w for n, w in (affinity or {}).items() if n in self.index}
-        scores = [self._score(c, want, usage, taken, weights, memory) for c in fits]
+        scores = [self._score(c, want, usage, taken, weights, memory, topo) for c in fits]
         return fits[[s.pool for s in scores].index(best(ask, scores).pool)]
 
     def _ask(self, want: Want) -> Ask:
@@ -106,6 +120,7 @@ class Engine(Cpusets):
         taken: CpuSet,
         weights: Mapping[int, int],
         memory: MemoryWant | None = None,
+        topo: ContainerHints | None = None,
     ) -> PoolScore:
         pool = self.pools[c.pool]
         isolated = 0
@@ -127,6 +142,11 @@ class Engine(Cpusets):
             ),
             memory=memory_key(self.memory, pool.mems, memory),
             prio=self._prio_capacity(c.pool, want, taken),
+            hints=(
+                None
+                if topo is None
+                else combine(pool_score(self._hint_targets, c.pool, h) for h in topo.hints)
+            ),
         )
 
     def _prio_capacity(self, pool: int, want: Want, taken: CpuSet) -> int:
@@ -135,6 +155,10 @@ class Engine(Cpusets):
         part = want.shared_part if want.kind in (Kind.SHARED, Kind.MIXED) else 0
         shared = self.shared_cpus(pool, taken)
         return priority_capacity(self.system, shared, want.prio, want.exclusive, part)
+
+    @functools.cached_property
+    def _hint_targets(self) -> list[HintTarget]:
+        return hint_targets(self.system, self.pools)
 
     # -- grants ---------------------------------------------------------------------------
 
@@ -148,9 +172,44 @@ class Engine(Cpusets):
         keep_mems: bool = False,
         pod: Pod | None = None,
         container: Container | None = None,
+        verify_hints: bool = False,
     ) -> Allocation:
         """Place a container, falling back to shared CPUs (and then to over-committing the
-        roomiest pool) rather than failing; PlacementError only when no CPU is sharable."""
+        roomiest pool) rather than failing; PlacementError only when no CPU is sharable, or
+        (``verify_hints``) when the grant fails the container's strict topology hints."""
+        topo = None
+        if pod is not None and container is not None:
+            topo = container_hints(pod, container, self.system)
+        a = self._place(cid, pod_id, name, want, hint, keep_mems, pod, container, topo)
+        if verify_hints and topo is not None and topo.strict:
+            failure = strict_failure(topo, self.system, self._granted(a))
+            if failure is not None:
+                self.release(cid)
+                raise PlacementError(f"{name}: {failure}")
+        return a
+
+    def _granted(self, a: Allocation) -> Granted:
+        pool = self.pools[self.index.get(a.pool, 0)]
+        shared = a.kind in (Kind.SHARED, Kind.MIXED) and a.shared_part > 0
+        return Granted(
+            shared=self.shared_cpus(pool.index) if shared else CpuSet(),
+            reserved=self.reserved if a.kind is Kind.RESERVED and a.request else CpuSet(),
+            exclusive=a.exclusive,
+            mems=self._mems_of(a, pool),
+        )
+
+    def _place(
+        self,
+        cid: str,
+        pod_id: str,
+        name: str,
+        want: Want,
+        hint: str | None,
+        keep_mems: bool,
+        pod: Pod | None,
+        container: Container | None,
+        topo: ContainerHints | None,
+    ) -> Allocation:
         base = Allocation(
             cid,
             pod_id,
@@ -185,7 +244,7 @@ class Engine(Cpusets):
         if want.kind in (Kind.RESERVED, Kind.PRESERVE):
             return self._place_memory(self._store(base), memory)
         weights = self._affinity(cid, pod, container)
-        candidate = self.choose(want, hint, weights, memory)
+        candidate = self.choose(want, hint, weights, memory, topo)
         check_required_isolation(want, candidate is not None and candidate.isolated, name)
         if candidate is None and want.exclusive:
             log.warning(
@@ -196,7 +255,7 @@ class Engine(Cpusets):
             )
             want = Want(Kind.SHARED, request=want.request)
             base = attrs.evolve(base, kind=Kind.SHARED)
-            candidate = self.choose(want, hint, weights, memory)
+            candidate = self.choose(want, hint, weights, memory, topo)
         if candidate is None:
             pool = self._roomiest_pool()
             if not self.shared_cpus(pool.index):
@@ -209,7 +268,12 @@ class Engine(Cpusets):
         pool = self.pools[candidate.pool]
         exclusive = CpuSet()
         if want.exclusive:
-            exclusive = allocate_cpus(self.system, candidate.source, want.exclusive, want.prio)
+            if topo is not None and topo.pick:
+                exclusive = take_cpus(
+                    self.system, candidate.source, topo, want.exclusive, want.prio
+                )
+            else:
+                exclusive = allocate_cpus(self.system, candidate.source, want.exclusive, want.prio)
         return self._place_memory(
             self._store(
                 attrs.evolve(base, pool=pool.name, exclusive=exclusive, isolated=candidate.isolated)

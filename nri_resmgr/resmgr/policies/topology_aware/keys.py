@@ -8,18 +8,15 @@ from nri_resmgr.resmgr.annotations import DOMAIN
 
 _IN_DOMAIN = (
     "cold-start",
-    "pick-resources-by-hints",
     "scheduling-class",
     "cpu-class",
     "irq-affinity",
     "rdtclass",
     "blockioclass",
-    "topologyhints",
-    "allow.topologyhints",
-    "deny.topologyhints",
-    "strict.topologyhints",
-    "test.topologyhints",
 )
+# The topology hint annotations are applied (``hint_sources.py``), which says itself what of them is
+# not: test hints without ENABLE_TEST_APIS, hints from mounts and pod resources, and the
+# memory zone of pick-resources-by-hints.
 
 NOT_APPLIED_ANNOTATIONS = frozenset(
     {f"{name}.{DOMAIN}" for name in _IN_DOMAIN} | {"noderesource.dev/resources"}

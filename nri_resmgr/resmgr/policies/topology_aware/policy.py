@@ -186,7 +186,7 @@ class TopologyAwarePolicy(HardwarePolicy):
         if binding is not None:
             a = self.claims.bind(engine, pod, container, live.name, binding)
         else:
-            a = self._grant(live)
+            a = self._grant(live, verify_hints=True)
         try:
             adjustment = engine.adjustment(a)
         except PlacementError:
@@ -218,7 +218,7 @@ class TopologyAwarePolicy(HardwarePolicy):
             return []
         engine.release(container.id)
         try:
-            a = self._grant(live, old.pool if old is not None else None)
+            a = self._grant(live, old.pool if old is not None else None, verify_hints=True)
             own = Update(container.id, engine.adjustment(a, old))
         except PlacementError:
             # The update fails; the container keeps what it had.
@@ -229,8 +229,14 @@ class TopologyAwarePolicy(HardwarePolicy):
         return [own, *engine.refresh(skip=container.id)]
 
     def _grant(
-        self, live: Live, hint: str | None = None, engine: Engine | None = None
+        self,
+        live: Live,
+        hint: str | None = None,
+        engine: Engine | None = None,
+        verify_hints: bool = False,
     ) -> Allocation:
+        """``verify_hints``: strict topology hints fail a new placement (create, update);
+        containers re-placed while running keep running wherever they land."""
         return (engine or self.engine).grant(
             live.container.id,
             live.pod.id,
@@ -240,6 +246,7 @@ class TopologyAwarePolicy(HardwarePolicy):
             live.keep_mems,
             pod=live.pod,
             container=live.container,
+            verify_hints=verify_hints,
         )
 
     def stop_container(self, pod: Pod, container: Container) -> list[Update]:

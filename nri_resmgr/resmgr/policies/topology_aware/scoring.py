@@ -5,14 +5,15 @@ upstream's "insufficient isolated, reserved or shared capacity loses"), so the o
 
 1. a pool with enough isolated CPUs wins (for a request that prefers isolated CPUs);
 2. the higher affinity score wins;
-3. (topology hints: none are known here, so always a tie);
-4. memory: the better matching offer, then offer burstability — ``memory_offer`` (a tie
-   until memory placement is modelled);
+3. topology hints (``hints.py``): the higher combined score wins; with every pool at zero,
+   the higher product of the non-zero scores; a tie with some score decides here: the
+   deeper pool, then the lower upstream id;
+4. memory: the better matching offer, then offer burstability — ``memory_offer``;
 5. a Burstable container with a CPU limit: a pool whose free shared CPU covers the limit
    wins; one without a limit: a pool at its unlimitedBurstable level wins, then (both at the
    level) more free shared CPU, then the lower upstream id; otherwise (neither at the level)
    a pool below the level beats one above it, then the lower upstream id;
-6. memory: the tighter offer, the matching memory type — ``memory_fit`` (a tie for now);
+6. memory: the tighter offer, the matching memory type — ``memory_fit``;
 7. (CPU classes: not modelled here, a tie); a high or low CPU priority preference: a pool
    whose free CPUs of that priority cover the request wins (``prio``);
 8. the deeper pool wins;
@@ -78,6 +79,9 @@ class PoolScore:
     memory: tuple[int, ...] = ()
     """The memory criteria as a key where larger wins (``memory.score``): offer, exact
     types, burstability, then tightness and having the type; empty without a memory want."""
+    hints: tuple[float, float] | None = None
+    """Topology hint score: the product of the hints' scores and of the non-zero ones
+    (``hints.combine``); None when the container has no hints."""
 
 
 def find_existing_level(levels_postorder: list[str], level: str) -> str:
@@ -123,6 +127,8 @@ def compare(ask: Ask, a: PoolScore, b: PoolScore) -> int:
         return -1 if a.isolated >= 0 else 1
     if order := _more(a.affinity, b.affinity):
         return order
+    if a.hints is not None and (order := _hints(a, b)):
+        return order
     if order := memory_offer(ask, a, b):
         return order
     if ask.burstable:
@@ -153,6 +159,19 @@ def _prio_fits(a: PoolScore, b: PoolScore) -> int:
     """The pool with enough CPUs of the preferred priority wins; both or neither: a tie."""
     fits_a, fits_b = a.prio >= 0, b.prio >= 0
     return 0 if fits_a == fits_b else -1 if fits_a else 1
+
+
+def _hints(a: PoolScore, b: PoolScore) -> int:
+    """Upstream compareScores "better topology hint score wins", whose tie with any non-zero
+    score is settled here by depth and id rather than by the later criteria."""
+    (ha, na), (hb, nb) = a.hints or (0.0, 0.0), b.hints or (0.0, 0.0)
+    if order := _more(ha, hb):
+        return order
+    if ha == 0.0 and (order := _more(na, nb)):
+        return order
+    if ha != 0.0 or na != 0.0:
+        return _more(a.depth, b.depth) or _by_id(a, b)
+    return 0
 
 
 def _unlimited(ask: Ask, a: PoolScore, b: PoolScore) -> int:
