@@ -36,7 +36,7 @@ class Options:
     kubelet_plugins_dir: str = DEFAULT_PLUGINS_DIR
     kubelet_registry_dir: str = DEFAULT_REGISTRY_DIR
     cdi_dir: str = "/var/run/cdi"
-    dra_state_dir: str = "/var/lib/nri-resmgr"
+    dra_state_dir: str = "/run/nri-resmgr"
     shutdown_grace: float = 10.0
 
     @property
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--dra-state-dir",
-        default="/var/lib/nri-resmgr",
+        default="/run/nri-resmgr",
         help="directory of the prepared-claims state file (DRA)",
     )
     p.add_argument(

@@ -24,7 +24,8 @@ from nri_resmgr.dra.publisher import KubeApi, SlicePublisher
 from nri_resmgr.dra.state import ClaimStore
 from nri_resmgr.resmgr.manager import ResourceManager
 
-STATE_DIR = "/var/lib/nri-resmgr"
+STATE_DIR = "/run/nri-resmgr"
+"""A tmpfs on every systemd host: the record only has to outlive the daemon (``dra.state``)."""
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,18 @@
 """The prepared claims on disk: what Unprepare must release, also after a daemon restart.
 
-One JSON file (``dra-claims.json`` in the state directory) holding every prepared claim.
-Writes are atomic: a temporary file in the same directory, fsync, rename over the old one; a
-reader sees the old content or the new, never a half-written file, also after a power loss
-(the data is on disk before the rename). The directory is not fsynced: a rename lost to a
-power loss leaves the previous, consistent record, and after a reboot kubelet prepares the
-pods' claims again (unknown claims unprepare as success), so one fsync per write suffices.
+One JSON file (``dra-claims.json`` in the state directory, ``/run/nri-resmgr`` by default)
+holding every prepared claim. Writes are atomic: a temporary file in the same directory,
+rename over the old one; a reader sees the old content or the new, never a half-written file.
+
+Where it lives, and why no fsync there: the record only has to outlive the daemon, not the
+machine. After a reboot kubelet restores its own checkpoint with every claim "not prepared"
+and calls NodePrepareResources again as it recreates the pods (an Unprepare of a claim we do
+not know succeeds), and the CDI specs under ``/var/run/cdi`` are gone with the reboot anyway.
+So the default is a tmpfs under ``/run``, and on a tmpfs (detected, ``on_tmpfs``) the data is
+not fsynced: there is no disk to reach, and a crash of the daemon does not lose what the
+kernel already holds. On any other filesystem (an operator's ``--dra-state-dir``) the data is
+fsynced before the rename, so a power loss leaves the old record or the new. The directory is
+not fsynced: a rename lost to a power loss leaves the previous, consistent record.
 A file that does not parse is never overwritten: the store is marked broken with the reason,
 every Prepare/Unprepare answers that reason until an operator removes the file.
 """
@@ -29,6 +36,10 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "dra-claims.json"
 FORMAT_VERSION = 1
+MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
+"""Filesystems whose data dies with the machine: fsync has nothing to make durable."""
+MOUNTINFO = Path("/proc/self/mountinfo")
+NOT_FSYNCED = "tmpfs, not fsynced: kubelet prepares the claims again after a reboot"
 
 
 class StateError(ResmgrError):
@@ -78,14 +89,18 @@ class ClaimRecord:
 class ClaimStore:
     """The records, in memory and on disk; the disk is written before memory changes."""
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, *, durable: bool | None = None) -> None:
         self.path = Path(directory) / STATE_FILE
+        self.durable = not on_tmpfs(self.path.parent) if durable is None else durable
+        """fsync before rename; by default only where the file is not on a tmpfs."""
         self.records: dict[str, ClaimRecord] = {}
         self.broken: str | None = None
         """Why the state file cannot be used (then nothing is prepared or unprepared)."""
 
     def load(self) -> None:
         """Read the file (absent: no claims). A bad file marks the store broken."""
+        how = "fsynced: not on a tmpfs" if self.durable else NOT_FSYNCED
+        log.info("DRA claims recorded in %s (%s)", self.path, how)
         try:
             text = self.path.read_text()
         except FileNotFoundError:
@@ -128,7 +143,7 @@ class ClaimStore:
             "claims": {uid: r.to_json() for uid, r in sorted(records.items())},
         }
         try:
-            write_atomically(self.path, json.dumps(body, indent=1).encode())
+            write_atomically(self.path, json.dumps(body, indent=1).encode(), durable=self.durable)
         except OSError as e:
             raise StateError(f"cannot write DRA state file {self.path}: {e.strerror or e}") from e
         self.records = records
@@ -162,6 +177,38 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600, *, durable: boo
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def on_tmpfs(directory: Path) -> bool:
+    """Whether ``directory`` (or, if it does not exist yet, its nearest existing parent) is on
+    a memory filesystem, from the mount table the process sees (in a container: a hostPath
+    of the host's tmpfs shows as tmpfs). Unknown (no mount table) counts as disk."""
+    path = Path(os.path.realpath(directory))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        table = MOUNTINFO.read_text()
+    except OSError:
+        return False
+    best, fstype = "", ""
+    for line in table.splitlines():
+        # "<id> <parent> <major:minor> <root> <mount point> <options> [tags] - <type> ..."
+        fields, _, tail = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) < 5 or not tail:
+            continue
+        point = _unescape(parts[4])
+        inside = str(path) == point or str(path).startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, fstype = point, tail.split()[0]
+    return fstype in MEMORY_FILESYSTEMS
+
+
+def _unescape(field: str) -> str:
+    """Mount points in mountinfo have space, tab, newline and backslash as octal escapes."""
+    for code in ("\\040", "\\011", "\\012", "\\134"):
+        field = field.replace(code, chr(int(code[1:], 8)))
+    return field
 
 
 def describe(e: BaseException) -> str:

@@ -39,7 +39,7 @@ DRA_MOUNTS = {
     "kubelet-plugins": "/var/lib/kubelet/plugins",
     "kubelet-plugins-registry": "/var/lib/kubelet/plugins_registry",
     "cdi-specs": "/var/run/cdi",
-    "dra-state": "/var/lib/nri-resmgr",
+    "dra-state": "/run/nri-resmgr",
 }
 DRA_ARGS = [
     "--kubelet-plugins-dir",
@@ -49,7 +49,7 @@ DRA_ARGS = [
     "--cdi-dir",
     "/var/run/cdi",
     "--dra-state-dir",
-    "/var/lib/nri-resmgr",
+    "/run/nri-resmgr",
 ]
 
 NRT_RULE = {
