@@ -103,13 +103,25 @@ class Engine:
         # The shared cpusets every cached allocation was last brought in line with; None when
         # allocations were stored from outside (restore) and must all be checked again.
         self._settled: list[CpuSet] | None = None
+        # Every pool's shared CPUs for the last ``taken`` asked about (the cache's exclusive
+        # CPUs, which only change on an exclusive grant or release): one decision asks for
+        # them dozens of times.
+        self._shared_memo: tuple[CpuSet, list[CpuSet]] | None = None
 
     # -- supply ---------------------------------------------------------------------------
 
     def shared_cpus(self, pool: int, taken: CpuSet | None = None) -> CpuSet:
+        return self._shared_sets(taken)[pool]
+
+    def _shared_sets(self, taken: CpuSet | None = None) -> list[CpuSet]:
+        """Every pool's shared CPUs with ``taken`` (default: all exclusive CPUs) set aside;
+        the list is shared, never to be changed."""
         if taken is None:
             taken = self.cache.exclusive_cpus()
-        return self.sharable[pool] - taken
+        memo = self._shared_memo
+        if memo is None or memo[0] is not taken:
+            memo = self._shared_memo = (taken, [s - taken for s in self.sharable])
+        return memo[1]
 
     def _usage(self) -> dict[int, PoolLoad]:
         """Per pool index: the load of the containers placed in it."""
@@ -470,12 +482,12 @@ class Engine:
         placing a shared container stays O(pools), not O(containers).
         """
         taken = self.cache.exclusive_cpus()
-        shared = [self.shared_cpus(p.index, taken) for p in self.pools]
-        if shared == self._settled:
+        shared = self._shared_sets(taken)
+        settled, self._settled = self._settled, shared
+        if shared == settled:
             return []
-        self._settled = shared
         updates: list[Update] = []
-        for a in sorted(self.cache, key=lambda a: a.container_id):
+        for a in sorted(self._unsettled(shared, settled), key=lambda a: a.container_id):
             if a.container_id == skip:
                 continue
             cpus, mems = self.desired(a, taken, shared)
@@ -487,6 +499,21 @@ class Engine:
                 self.cache.put(followed.applied)
                 updates.append(followed.update)
         return updates
+
+    def _unsettled(self, shared: list[CpuSet], settled: list[CpuSet] | None) -> list[Allocation]:
+        """The allocations that may need an update: all of them when nothing is settled, else
+        those of the pools whose shared CPUs changed (the others' wanted cpusets did not)."""
+        if settled is None:
+            return list(self.cache)
+        changed = {
+            i for i, (new, old) in enumerate(zip(shared, settled, strict=True)) if new != old
+        }
+        out: list[Allocation] = []
+        for name in self.cache.pool_names():
+            # desired() places an allocation of an unknown pool in the root.
+            if self.index.get(name, 0) in changed:
+                out.extend(self.cache.in_pool(name))
+        return out
 
 
 def _hides_hyperthreads(a: Allocation) -> bool:
