@@ -103,6 +103,16 @@ def follow(a: Allocation, cpus: CpuSet | None, mems: CpuSet | None) -> Followed 
     return Followed(applied, Update(a.container_id, adjustment))
 
 
+def _same_claim(a: Allocation, b: Allocation) -> bool:
+    """Whether ``a`` and ``b`` take the same from their pool (what the cache totals)."""
+    return (
+        a.pool == b.pool
+        and a.kind is b.kind
+        and a.request == b.request
+        and a.exclusive == b.exclusive
+    )
+
+
 class PoolLoad(NamedTuple):
     """What a pool's containers take from it (reserved and preserved ones not counted)."""
 
@@ -142,6 +152,10 @@ class AllocationCache:
 
     def put(self, allocation: Allocation) -> None:
         old = self._by_id.get(allocation.container_id)
+        if old is not None and _same_claim(old, allocation):
+            # A refresh writing the cpusets it sent: loads, members and exclusive CPUs stay.
+            self._by_id[allocation.container_id] = allocation
+            return
         if old is not None:
             self._forget(old)
         self._by_id[allocation.container_id] = allocation

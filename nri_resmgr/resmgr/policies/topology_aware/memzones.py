@@ -57,7 +57,10 @@ def _mask(nodes: Iterable[int]) -> int:
     return out
 
 
+@functools.lru_cache(maxsize=1024)
 def to_cpuset(mask: int) -> CpuSet:
+    # Shared: every refresh asks each container's zone, and a shared set makes the unchanged
+    # case an identity comparison with the mems the container holds.
     return CpuSet(_bits(mask))
 
 
@@ -115,6 +118,8 @@ class MemoryAllocator:
         self._masks: dict[CpuSet, int] = {}
         self._types_of: dict[int, MemoryType] = {}
         self._starts: dict[tuple[int, MemoryType], int] = {}
+        self._typed: dict[MemoryType, int] = {}
+        self._capacities: dict[int, int] = {}
         self._requests: dict[str, _Request] = {}
         self._zones: dict[int, set[str]] = {}
         self._bytes: dict[int, int] = {}
@@ -151,7 +156,10 @@ class MemoryAllocator:
         return mask
 
     def capacity(self, zone: int) -> int:
-        return sum(self._capacity[n] for n in _bits(zone & self._all))
+        out = self._capacities.get(zone)
+        if out is None:
+            out = self._capacities[zone] = sum(self._capacity[n] for n in _bits(zone & self._all))
+        return out
 
     def usage(self, zone: int) -> int:
         """Bytes of the requests that fit inside ``zone`` (assigned to it or a subset)."""
@@ -293,10 +301,13 @@ class MemoryAllocator:
         return preferred or zone
 
     def typed_mask(self, types: MemoryType) -> int:
-        out = 0
-        for t, mask in self._of_type.items():
-            if t & types:
-                out |= mask
+        out = self._typed.get(types)
+        if out is None:
+            out = 0
+            for t, mask in self._of_type.items():
+                if t & types:
+                    out |= mask
+            self._typed[types] = out
         return out
 
     def _expand(self, zone: int, types: MemoryType) -> int:
