@@ -117,8 +117,9 @@ class MemoryAllocator:
         # Pure functions of the hardware, asked for on every decision: memoised.
         self._masks: dict[CpuSet, int] = {}
         self._types_of: dict[int, MemoryType] = {}
-        self._starts: dict[tuple[int, MemoryType], int] = {}
-        self._typed: dict[MemoryType, int] = {}
+        # Keyed by the types' int value: a flag enum's own hash is a Python-level call.
+        self._starts: dict[tuple[int, int], int] = {}
+        self._typed: dict[int, int] = {}
         self._capacities: dict[int, int] = {}
         self._requests: dict[str, _Request] = {}
         self._zones: dict[int, set[str]] = {}
@@ -287,7 +288,7 @@ class MemoryAllocator:
     def _initial_zone(self, zone: int, types: MemoryType) -> int:
         """The pool's zone, widened to the closest nodes of missing types, then narrowed to
         the nodes of the wanted types when it has any."""
-        key = (zone, types)
+        key = (zone, types.value)
         start = self._starts.get(key)
         if start is None:
             start = self._starts[key] = self._widen_to_types(zone, types)
@@ -301,13 +302,13 @@ class MemoryAllocator:
         return preferred or zone
 
     def typed_mask(self, types: MemoryType) -> int:
-        out = self._typed.get(types)
+        out = self._typed.get(types.value)
         if out is None:
             out = 0
             for t, mask in self._of_type.items():
                 if t & types:
                     out |= mask
-            self._typed[types] = out
+            self._typed[types.value] = out
         return out
 
     def _expand(self, zone: int, types: MemoryType) -> int:
