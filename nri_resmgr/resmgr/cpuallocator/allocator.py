@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from collections.abc import Iterable
 
 import attrs
 
@@ -97,10 +98,19 @@ class _Helper:
     def _idle_cores(self) -> None:
         # Taking a core leaves the other cores' idleness as it was: one scan in rank order,
         # and one set difference for all the cores taken (a big machine's free set is big).
+        order, position = self.topo.core_order(self.prefer)
+        free = self.free
+        candidates: Iterable[CpuSet] = order
+        if len(free) * 4 < len(order):
+            # Few free CPUs among many cores (a pool of a big machine): only their own cores.
+            firsts = (
+                p for c in free if (p := position.get(c)) is not None and order[p].issubset(free)
+            )
+            candidates = [order[i] for i in sorted(firsts)]
         taken: list[CpuSet] = []
         count = self.count
-        for core in self.topo.core_order(self.prefer):
-            if count >= len(core) and core.issubset(self.free):
+        for core in candidates:
+            if count >= len(core) and core.issubset(free):
                 taken.append(core)
                 count -= len(core)
                 if count == 0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from typing import NamedTuple
 
 import attrs
 
@@ -56,9 +57,7 @@ class Topology:
     cache_level: int
     """The cache level the groups come from; -1 when no level groups CPUs usefully."""
 
-    _core_orders: dict[Priority, tuple[CpuSet, ...]] = attrs.field(
-        factory=dict, eq=False, repr=False
-    )
+    _core_orders: dict[Priority, CoreOrder] = attrs.field(factory=dict, eq=False, repr=False)
     """Memo of ``core_order``."""
     _package_orders: dict[Priority, tuple[CpuSet, ...]] = attrs.field(
         factory=dict, eq=False, repr=False
@@ -86,7 +85,7 @@ class Topology:
     def _package_rank(self, package: int, prefer: Priority) -> tuple[int, ...]:
         return rank(self.priorities, self.packages[package], prefer, -1)
 
-    def core_order(self, prefer: Priority) -> tuple[CpuSet, ...]:
+    def core_order(self, prefer: Priority) -> CoreOrder:
         """Every core with an online thread, in the order idle cores are taken for
         ``prefer``: by how the core ranks for it, then by its first CPU. Both depend only on
         the hardware, so a pick scans this instead of ranking and sorting its free cores."""
@@ -94,8 +93,16 @@ class Topology:
         if order is None:
             firsts = [(cpu, core) for cpu, core in self.cores.items() if core and min(core) == cpu]
             firsts.sort(key=lambda c: (rank(self.priorities, c[1], prefer, -1), c[0]))
-            order = self._core_orders[prefer] = tuple(core for _, core in firsts)
+            order = self._core_orders[prefer] = CoreOrder(
+                tuple(core for _, core in firsts), {cpu: i for i, (cpu, _) in enumerate(firsts)}
+            )
         return order
+
+
+class CoreOrder(NamedTuple):
+    cores: tuple[CpuSet, ...]
+    position: dict[int, int]
+    """A core's first CPU -> the core's index in ``cores``."""
 
 
 _TOPOLOGIES: dict[int, tuple[weakref.ref[System], Topology]] = {}
