@@ -103,7 +103,7 @@ def follow(a: Allocation, cpus: CpuSet | None, mems: CpuSet | None) -> Followed 
     return Followed(applied, Update(a.container_id, adjustment))
 
 
-def _same_claim(a: Allocation, b: Allocation) -> bool:
+def _takes_the_same(a: Allocation, b: Allocation) -> bool:
     """Whether ``a`` and ``b`` take the same from their pool (what the cache totals)."""
     return (
         a.pool == b.pool
@@ -152,7 +152,7 @@ class AllocationCache:
 
     def put(self, allocation: Allocation) -> None:
         old = self._by_id.get(allocation.container_id)
-        if old is not None and _same_claim(old, allocation):
+        if old is not None and _takes_the_same(old, allocation):
             # A refresh writing the cpusets it sent: loads, members and exclusive CPUs stay.
             self._by_id[allocation.container_id] = allocation
             return
