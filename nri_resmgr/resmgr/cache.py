@@ -103,6 +103,16 @@ def follow(a: Allocation, cpus: CpuSet | None, mems: CpuSet | None) -> Followed 
     return Followed(applied, Update(a.container_id, adjustment))
 
 
+def _takes_the_same(a: Allocation, b: Allocation) -> bool:
+    """Whether ``a`` and ``b`` take the same from their pool (what the cache totals)."""
+    return (
+        a.pool == b.pool
+        and a.kind is b.kind
+        and a.request == b.request
+        and a.exclusive == b.exclusive
+    )
+
+
 class PoolLoad(NamedTuple):
     """What a pool's containers take from it (reserved and preserved ones not counted)."""
 
@@ -125,6 +135,8 @@ class AllocationCache:
         self._by_id: dict[str, Allocation] = {}
         self._loads: dict[str, PoolLoad] = {}
         self._exclusive: CpuSet | None = CpuSet()
+        self._members: dict[str, dict[str, None]] = {}
+        """Per pool name: its containers' ids (a refresh re-checks only changed pools)."""
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -140,9 +152,14 @@ class AllocationCache:
 
     def put(self, allocation: Allocation) -> None:
         old = self._by_id.get(allocation.container_id)
+        if old is not None and _takes_the_same(old, allocation):
+            # A refresh writing the cpusets it sent: loads, members and exclusive CPUs stay.
+            self._by_id[allocation.container_id] = allocation
+            return
         if old is not None:
             self._forget(old)
         self._by_id[allocation.container_id] = allocation
+        self._members.setdefault(allocation.pool, {})[allocation.container_id] = None
         self._count(allocation, +1)
         if allocation.exclusive:
             self._exclusive = None
@@ -156,9 +173,14 @@ class AllocationCache:
     def clear(self) -> None:
         self._by_id.clear()
         self._loads.clear()
+        self._members.clear()
         self._exclusive = CpuSet()
 
     def _forget(self, old: Allocation) -> None:
+        members = self._members[old.pool]
+        members.pop(old.container_id, None)
+        if not members:
+            del self._members[old.pool]
         self._count(old, -1)
         if old.exclusive:
             self._exclusive = None
@@ -179,7 +201,11 @@ class AllocationCache:
         return self._loads
 
     def in_pool(self, pool: str) -> list[Allocation]:
-        return [a for a in self._by_id.values() if a.pool == pool]
+        return [self._by_id[cid] for cid in self._members.get(pool, ())]
+
+    def pool_names(self) -> list[str]:
+        """The pools holding at least one allocation."""
+        return list(self._members)
 
     def exclusive_cpus(self) -> CpuSet:
         if self._exclusive is None:

@@ -20,7 +20,7 @@ class CpuSetError(ValueError):
 class CpuSet:
     """A frozen set of non-negative ids, ordered when iterated, printed as a Linux list."""
 
-    __slots__ = ("_ids",)
+    __slots__ = ("_ids", "_text")
 
     def __init__(self, ids: Iterable[int] = ()) -> None:
         frozen = frozenset(ids)
@@ -28,12 +28,14 @@ class CpuSet:
             if not isinstance(i, int) or i < 0:
                 raise CpuSetError(f"invalid cpu id {i!r}: must be a non-negative integer")
         self._ids: frozenset[int] = frozen
+        self._text: str | None = None
 
     @classmethod
     def _trusted(cls, ids: frozenset[int]) -> CpuSet:
         # Results of set algebra on valid sets are valid: skip the per-id check.
         cs = cls.__new__(cls)
         cs._ids = ids
+        cs._text = None
         return cs
 
     @classmethod
@@ -52,7 +54,11 @@ class CpuSet:
         return cls._trusted(frozenset(ids))
 
     def __str__(self) -> str:
-        return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in self.ranges())
+        # Kept: every container of a pool is sent the same set, and a set never changes.
+        text = self._text
+        if text is None:
+            text = self._text = ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in self.ranges())
+        return text
 
     def __repr__(self) -> str:
         return f"CpuSet({str(self)!r})"

@@ -28,19 +28,25 @@ def unavailable(exc: BaseException) -> dict[str, Any]:
     return {"unavailable": f"{type(exc).__name__}: {exc}".splitlines()[0][:200]}
 
 
-def policy_decisions(policies: tuple[str, ...] = ("topology-aware", "balloons")) -> dict[str, Any]:
-    """tests.bench_policy: one allocation decision at 500 live, Synchronize of 1,000."""
+def policy_decisions(
+    policies: tuple[str, ...] = ("topology-aware", "balloons"),
+    on_s8c4k: tuple[str, ...] = ("topology-aware",),
+) -> dict[str, Any]:
+    """tests.bench_policy: one allocation decision at 500 live, Synchronize of 1,000, on the
+    128-CPU machine; ``on_s8c4k`` also on the 4,096-CPU one."""
+    runs = [(name, name, "128 CPUs") for name in policies]
+    runs += [(f"{name} (s8c4k, 4,096 CPUs)", name, "s8c4k") for name in on_s8c4k]
     try:
         bench_policy = importlib.import_module("tests.bench_policy").bench_policy
     except Exception as exc:
-        return {name: unavailable(exc) for name in policies}
+        return {key: unavailable(exc) for key, _, _ in runs}
     out: dict[str, Any] = {}
-    for name in policies:
+    for key, name, machine in runs:
         try:
-            out[name] = bench_policy(name, n_live=500)
+            out[key] = bench_policy(name, n_live=500, machine=machine)
         except Exception as exc:
             traceback.print_exc()
-            out[name] = unavailable(exc)
+            out[key] = unavailable(exc)
     return out
 
 

@@ -173,14 +173,15 @@ def _extra_rows(r: dict[str, Any]) -> Iterator[str]:
     policy = r.get("policy") or {}
     if policy:
         yield ""
-        yield "| policy decision (in-process, 128-CPU synthetic machine) | at 500 live |"
+        yield "| policy decision (in-process, synthetic, 128 CPUs unless named) | at 500 live |"
         yield "|---|---|"
         for name, p in policy.items():
             if "unavailable" in p:
                 yield f"| {name} | unavailable: {p['unavailable']} |"
             else:
                 yield (
-                    f"| {name} | mean {p['create_ms_mean']} ms, p95 {p['create_ms_p95']} ms; "
+                    f"| {name} | mean {p['create_ms_mean']} ms "
+                    f"(CPU {p.get('create_cpu_ms_mean')} ms), p95 {p['create_ms_p95']} ms; "
                     f"Synchronize of {p['synchronize_containers']}: {p['synchronize_ms']} ms |"
                 )
     dra = r.get("dra") or {}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from collections.abc import Iterable
 
 import attrs
 
@@ -86,22 +87,12 @@ class _Helper:
         self.free = self.free - cpus
         self.count -= len(cpus)
 
-    def _preferred(self, cpus: CpuSet) -> CpuSet:
-        if self.prefer is Priority.NONE:
-            return cpus
-        return cpus & self.topo.priorities[self.prefer]
-
     # -- 1. packages ---------------------------------------------------------------------
 
     def _idle_packages(self) -> None:
-        prios = self.topo.priorities
-        idle = [
-            p for p, cpus in self.topo.packages.items() if self._preferred(cpus).issubset(self.free)
-        ]
-        idle.sort(key=lambda p: (rank(prios, self.topo.packages[p], self.prefer, -1), p))
-        for package in idle:
-            cpus = self._preferred(self.topo.packages[package])
-            if self.count >= len(cpus):
+        # Packages are disjoint: taking one leaves the others' idleness as it was.
+        for cpus in self.topo.package_order(self.prefer):
+            if self.count >= len(cpus) and cpus.issubset(self.free):
                 self._take(cpus)
                 if self.count == 0:
                     return
@@ -109,18 +100,27 @@ class _Helper:
     # -- 3. cores ------------------------------------------------------------------------
 
     def _idle_cores(self) -> None:
-        prios = self.topo.priorities
-        cores = []
-        for cpu in self.free:
-            core = self.topo.cores[cpu]
-            if min(core) == cpu and core.issubset(self.free):
-                cores.append((rank(prios, core, self.prefer, -1), cpu, core))
-        cores.sort(key=lambda c: (c[0], c[1]))
-        for _, _, core in cores:
-            if self.count >= len(core):
-                self._take(core)
-                if self.count == 0:
-                    return
+        # Taking a core leaves the other cores' idleness as it was: one scan in rank order,
+        # and one set difference for all the cores taken (a big machine's free set is big).
+        order, position = self.topo.core_order(self.prefer)
+        free = self.free
+        candidates: Iterable[CpuSet] = order
+        if len(free) * 4 < len(order):
+            # Few free CPUs among many cores (a pool of a big machine): only their own cores.
+            firsts = (
+                p for c in free if (p := position.get(c)) is not None and order[p].issubset(free)
+            )
+            candidates = [order[i] for i in sorted(firsts)]
+        taken: list[CpuSet] = []
+        count = self.count
+        for core in candidates:
+            if count >= len(core) and core.issubset(free):
+                taken.append(core)
+                count -= len(core)
+                if count == 0:
+                    break
+        if taken:
+            self._take(CpuSet.union_all(taken))
 
     # -- 4. threads ----------------------------------------------------------------------
 

@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import logging
 import weakref
+from typing import NamedTuple
 
 import attrs
 
 from nri_resmgr.resmgr.cpuallocator.clusters import Cluster, discover_clusters
-from nri_resmgr.resmgr.cpuallocator.priority import Priorities, Priority, discover_priorities
+from nri_resmgr.resmgr.cpuallocator.priority import (
+    Priorities,
+    Priority,
+    discover_priorities,
+    rank,
+)
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.sysfs import System
 from nri_resmgr.sysfs.cpudetails import CoreKind
@@ -55,9 +61,52 @@ class Topology:
     """CPU clusters (``clusters.py``); only looked up on hybrid machines."""
     online: CpuSet = attrs.field(factory=CpuSet)
 
+    _core_orders: dict[Priority, CoreOrder] = attrs.field(factory=dict, eq=False, repr=False)
+    """Memo of ``core_order``."""
+    _package_orders: dict[Priority, tuple[CpuSet, ...]] = attrs.field(
+        factory=dict, eq=False, repr=False
+    )
+    """Memo of ``package_order``."""
+
     @property
     def hybrid(self) -> bool:
         return len(self.kinds) > 1
+
+    def package_order(self, prefer: Priority) -> tuple[CpuSet, ...]:
+        """Every package's CPUs of the ``prefer`` priority (all of them for none), in the
+        order whole idle packages are taken: by how the package ranks, then by its id."""
+        order = self._package_orders.get(prefer)
+        if order is None:
+            ids = sorted(self.packages, key=lambda p: (self._package_rank(p, prefer), p))
+            order = self._package_orders[prefer] = tuple(
+                self.packages[p]
+                if prefer is Priority.NONE
+                else self.packages[p] & self.priorities[prefer]
+                for p in ids
+            )
+        return order
+
+    def _package_rank(self, package: int, prefer: Priority) -> tuple[int, ...]:
+        return rank(self.priorities, self.packages[package], prefer, -1)
+
+    def core_order(self, prefer: Priority) -> CoreOrder:
+        """Every core with an online thread, in the order idle cores are taken for
+        ``prefer``: by how the core ranks for it, then by its first CPU. Both depend only on
+        the hardware, so a pick scans this instead of ranking and sorting its free cores."""
+        order = self._core_orders.get(prefer)
+        if order is None:
+            firsts = [(cpu, core) for cpu, core in self.cores.items() if core and min(core) == cpu]
+            firsts.sort(key=lambda c: (rank(self.priorities, c[1], prefer, -1), c[0]))
+            order = self._core_orders[prefer] = CoreOrder(
+                tuple(core for _, core in firsts), {cpu: i for i, (cpu, _) in enumerate(firsts)}
+            )
+        return order
+
+
+class CoreOrder(NamedTuple):
+    cores: tuple[CpuSet, ...]
+    position: dict[int, int]
+    """A core's first CPU -> the core's index in ``cores``."""
 
 
 _TOPOLOGIES: dict[int, tuple[weakref.ref[System], Topology]] = {}

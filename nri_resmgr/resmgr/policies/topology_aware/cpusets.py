@@ -81,12 +81,12 @@ class Cpusets(Supply):
         placing a shared container stays O(pools), not O(containers).
         """
         taken = self.cache.exclusive_cpus()
-        shared = [self.shared_cpus(p.index, taken) for p in self.pools]
-        if shared == self._settled:
+        shared = self._shared_sets(taken)
+        settled, self._settled = self._settled, shared
+        if shared == settled:
             return []
-        self._settled = shared
         updates: list[Update] = []
-        for a in sorted(self.cache, key=lambda a: a.container_id):
+        for a in sorted(self._unsettled(shared, settled), key=lambda a: a.container_id):
             if a.container_id == skip:
                 continue
             cpus, mems = self.desired(a, taken, shared)
@@ -98,6 +98,21 @@ class Cpusets(Supply):
                 self.cache.put(followed.applied)
                 updates.append(followed.update)
         return updates
+
+    def _unsettled(self, shared: list[CpuSet], settled: list[CpuSet] | None) -> list[Allocation]:
+        """The allocations that may need an update: all of them when nothing is settled, else
+        those of the pools whose shared CPUs changed (the others' wanted cpusets did not)."""
+        if settled is None:
+            return list(self.cache)
+        changed = {
+            i for i, (new, old) in enumerate(zip(shared, settled, strict=True)) if new != old
+        }
+        out: list[Allocation] = []
+        for name in self.cache.pool_names():
+            # desired() places an allocation of an unknown pool in the root.
+            if self.index.get(name, 0) in changed:
+                out.extend(self.cache.in_pool(name))
+        return out
 
 
 def _hides_hyperthreads(a: Allocation) -> bool:

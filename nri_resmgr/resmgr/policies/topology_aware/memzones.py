@@ -57,7 +57,10 @@ def _mask(nodes: Iterable[int]) -> int:
     return out
 
 
+@functools.lru_cache(maxsize=1024)
 def to_cpuset(mask: int) -> CpuSet:
+    # Shared: every refresh asks each container's zone, and a shared set makes the unchanged
+    # case an identity comparison with the mems the container holds.
     return CpuSet(_bits(mask))
 
 
@@ -116,7 +119,10 @@ class MemoryAllocator:
         # Pure functions of the hardware, asked for on every decision: memoised.
         self._masks: dict[CpuSet, int] = {}
         self._types_of: dict[int, MemoryType] = {}
-        self._starts: dict[tuple[int, MemoryType], int] = {}
+        # Keyed by the types' int value: a flag enum's own hash is a Python-level call.
+        self._starts: dict[tuple[int, int], int] = {}
+        self._typed: dict[int, int] = {}
+        self._capacities: dict[int, int] = {}
         self._requests: dict[str, _Request] = {}
         self._zones: dict[int, set[str]] = {}
         self._bytes: dict[int, int] = {}
@@ -153,7 +159,10 @@ class MemoryAllocator:
         return mask
 
     def capacity(self, zone: int) -> int:
-        return sum(self._capacity[n] for n in _bits(zone & self._all))
+        out = self._capacities.get(zone)
+        if out is None:
+            out = self._capacities[zone] = sum(self._capacity[n] for n in _bits(zone & self._all))
+        return out
 
     def usage(self, zone: int) -> int:
         """Bytes of the requests that fit inside ``zone`` (assigned to it or a subset)."""
@@ -281,7 +290,7 @@ class MemoryAllocator:
     def _initial_zone(self, zone: int, types: MemoryType) -> int:
         """The pool's zone, widened to the closest nodes of missing types, then narrowed to
         the nodes of the wanted types when it has any."""
-        key = (zone, types)
+        key = (zone, types.value)
         start = self._starts.get(key)
         if start is None:
             start = self._starts[key] = self._widen_to_types(zone, types)
@@ -295,10 +304,13 @@ class MemoryAllocator:
         return preferred or zone
 
     def typed_mask(self, types: MemoryType) -> int:
-        out = 0
-        for t, mask in self._of_type.items():
-            if t & types:
-                out |= mask
+        out = self._typed.get(types.value)
+        if out is None:
+            out = 0
+            for t, mask in self._of_type.items():
+                if t & types:
+                    out |= mask
+            self._typed[types.value] = out
         return out
 
     def _expand(self, zone: int, types: MemoryType) -> int:

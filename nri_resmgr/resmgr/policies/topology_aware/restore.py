@@ -4,7 +4,7 @@ reconfiguration), so that containers stay where they are whenever that is still 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 import attrs
@@ -135,11 +135,17 @@ def _put(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: CpuSet) -
 
 def _cpu_users(lives: Sequence[Live]) -> dict[int, int]:
     """How many containers (reserved and preserved ones aside) have each CPU in their cpuset."""
+    # Containers of one pool report the same cpuset: count each set once (a big machine's
+    # sets hold thousands of CPUs).
+    sets = Counter(
+        live.cpus
+        for live in lives
+        if live.cpus and live.want.kind not in (Kind.RESERVED, Kind.PRESERVE)
+    )
     users: dict[int, int] = defaultdict(int)
-    for live in lives:
-        if live.cpus and live.want.kind not in (Kind.RESERVED, Kind.PRESERVE):
-            for cpu in live.cpus:
-                users[cpu] += 1
+    for cpus, n in sets.items():
+        for cpu in cpus.ids():
+            users[cpu] += n
     return users
 
 

@@ -82,13 +82,25 @@ class Supply:
         # The shared cpusets every cached allocation was last brought in line with; None when
         # allocations were stored from outside (restore) and must all be checked again.
         self._settled: list[CpuSet] | None = None
+        # Every pool's shared CPUs for the last ``taken`` asked about (the cache's exclusive
+        # CPUs, which only change on an exclusive grant or release): one decision asks for
+        # them dozens of times.
+        self._shared_memo: tuple[CpuSet, list[CpuSet]] | None = None
 
     # -- supply ---------------------------------------------------------------------------
 
     def shared_cpus(self, pool: int, taken: CpuSet | None = None) -> CpuSet:
+        return self._shared_sets(taken)[pool]
+
+    def _shared_sets(self, taken: CpuSet | None = None) -> list[CpuSet]:
+        """Every pool's shared CPUs with ``taken`` (default: all exclusive CPUs) set aside;
+        the list is shared, never to be changed."""
         if taken is None:
             taken = self.cache.exclusive_cpus()
-        return self.sharable[pool] - taken
+        memo = self._shared_memo
+        if memo is None or memo[0] is not taken:
+            memo = self._shared_memo = (taken, [s - taken for s in self.sharable])
+        return memo[1]
 
     def _usage(self) -> dict[int, PoolLoad]:
         """Per pool index: the load of the containers placed in it."""
