@@ -310,6 +310,16 @@ def test_unsigned_wrappers_stay_unsigned_and_empty_cpusets_are_unset() -> None:
     assert wire.resources(linux_resources(length_delimited(1, b""))).cpu_shares == 0
 
 
+def test_a_wrapper_value_wider_than_64_bits_keeps_its_low_64_bits() -> None:
+    # A ten-byte varint carries 70 bits; protobuf's Python decoder masks it to 64 (Go's
+    # refuses it). Kept low, a uint64 stays a uint64 and an int64 an int64.
+    wide = key(1, 0) + b"\xff" * 9 + b"\x7f"  # 2**70 - 1
+    res = wire.resources(
+        linux_resources(length_delimited(1, wide), memory=length_delimited(1, wide))
+    )
+    assert (res.cpu_shares, res.memory_limit) == ((1 << 64) - 1, -1)
+
+
 def test_the_last_wrapper_value_wins() -> None:
     res = wire.resources(
         linux_resources(length_delimited(2, key(1, 0) + b"\x05" + key(1, 0) + b"\x06"))
