@@ -234,6 +234,23 @@ def test_a_pod_sent_in_pieces_merges_and_other_fields_are_not_the_pod() -> None:
     assert wire.pod_request(length_delimited(2, text(1, "other"))).id == ""
 
 
+def test_an_absent_pod_or_container_reads_as_the_generated_code_reads_it() -> None:
+    assert wire.pod(b"") == convert.pod_from_proto(api.PodSandbox())
+    assert wire.container(b"") == convert.container_from_proto(api.Container())
+    assert wire.pod_and_container(b"") == (wire.pod(b""), wire.container(b""))
+
+
+def test_a_pods_scalars_and_maps_come_from_their_fields() -> None:
+    data = text(1, "id") + text(2, "name") + text(3, "uid") + text(4, "ns")
+    data += length_delimited(5, text(1, "l") + text(2, "1"))
+    data += length_delimited(6, text(1, "a") + text(2, "2"))
+    data += text(7, "runtime-handler-is-not-read")
+    pod = wire.pod(data)
+    assert (pod.id, pod.name, pod.uid, pod.namespace) == ("id", "name", "uid", "ns")
+    assert (pod.labels, pod.annotations) == ({"l": "1"}, {"a": "2"})
+    assert (pod.cgroup_parent, pod.resources) == ("", None)
+
+
 def container_bytes(*fields: bytes) -> bytes:
     return b"".join(fields)
 
