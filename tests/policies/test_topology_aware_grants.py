@@ -15,8 +15,16 @@ import attrs
 import pytest
 
 from nri_resmgr.resmgr.cpualloc import PlacementError
+from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Container, Pod
-from tests.policies.test_topology_aware import EXCL, MIXED, SHARED, exclusive_of, policy
+from tests.policies.test_topology_aware import (
+    EXCL,
+    MIXED,
+    SHARED,
+    assert_exclusive_is_exclusive,
+    exclusive_of,
+    policy,
+)
 from tests.policies.workload import Runtime, besteffort, burstable, guaranteed
 from tests.sysfs.fakesys import N4C16_ISOLATED, ONE_SOCKET_4CPU, Layout
 
@@ -139,3 +147,24 @@ def test_a_valid_unlimited_burstable_level_is_applied(
     pod, ctr = burstable("bu", 200, None)
     pod = attrs.evolve(pod, annotations={f"unlimited-burstable.{P}": level})
     assert rt.cpus[rt.create((pod, ctr)).id] == cpus
+
+
+def test_a_wide_exclusive_grant_leaves_a_busy_node_a_cpu_past_a_fully_sliced_one(
+    tmp_path: Path,
+) -> None:
+    # nri-plugins SliceableCPUs: exclusive CPUs taken from a wide pool leave each busy
+    # descendant what its containers need. NUMA node #1 is sliced whole first (an idle pool
+    # may be), so it has no shared CPU left; the BestEffort in node #2 still counts, and the
+    # 8 CPUs, which only the root can give, leave it one CPU.
+    p = policy(tmp_path)
+    rt = Runtime(p)
+    whole = rt.create(guaranteed("whole", 4000))
+    assert exclusive_of(p, whole.id) == (EXCL, "4-7")
+    be = rt.create(besteffort("be"))
+    assert rt.cpus[be.id] == "8-11"  # the roomiest node left, the lower id of #2 and #3
+    wide = rt.create(guaranteed("wide", 8000))
+    kind, own = exclusive_of(p, wide.id)
+    assert kind == EXCL and len(CpuSet.parse(own)) == 8
+    left = CpuSet.parse(rt.cpus[be.id] or "")
+    assert left and left.issubset(CpuSet.parse("8-11")) and left.isdisjoint(CpuSet.parse(own))
+    assert_exclusive_is_exclusive(p, rt)
