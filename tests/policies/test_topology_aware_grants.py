@@ -33,6 +33,11 @@ P = "resource-policy.nri.io"
 TWO_NODES = Layout(packages=1, nodes_per_die=2, cores_per_node=1, threads=2)
 
 
+def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Each logged line whole: a check on the exact words, not on a substring of them."""
+    return [r.getMessage() for r in caplog.records]
+
+
 def shares(milli: int) -> int:
     """cgroup v1 cpu.shares for a mCPU figure: 1024 per CPU, at least 2 (kubelet's rule)."""
     return max(2, milli * 1024 // 1000)
@@ -85,7 +90,7 @@ def test_full_shared_pools_are_over_committed_in_the_roomiest_pool(
     assert exclusive_of(p, g.id) == (SHARED, "")
     with caplog.at_level(logging.WARNING):
         bu = rt.create(burstable("bu", 500, 500))
-    assert "default/bu/c0: shared CPUs over-committed; placing in socket #0" in caplog.text
+    assert "default/bu/c0: shared CPUs over-committed; placing in socket #0" in messages(caplog)
     assert rt.placement(bu) == rt.placement(g) == ("1-3", "0-1")
     assert exclusive_of(p, bu.id) == (SHARED, "")
 
@@ -131,7 +136,7 @@ def test_an_invalid_unlimited_burstable_level_is_logged_and_the_configured_one_u
     assert (
         "ignoring invalid unlimited-burstable annotation 'rack' "
         "(not one of system, package, die, numa, l3cache)"
-    ) in caplog.text
+    ) in messages(caplog)
     plain = Runtime(policy(tmp_path / "plain"))
     assert rt.placement(bu) == plain.placement(plain.create(burstable("bu", 200, None)))
 
