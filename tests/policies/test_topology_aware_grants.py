@@ -173,3 +173,22 @@ def test_a_wide_exclusive_grant_leaves_a_busy_node_a_cpu_past_a_fully_sliced_one
     left = CpuSet.parse(rt.cpus[be.id] or "")
     assert left and left.issubset(CpuSet.parse("8-11")) and left.isdisjoint(CpuSet.parse(own))
     assert_exclusive_is_exclusive(p, rt)
+
+
+def test_an_exclusive_request_prefers_shared_capacity_over_fewer_neighbours(
+    tmp_path: Path,
+) -> None:
+    # pools.go compareScores, as scoring.py lists it: rule 10 (an exclusive request: more
+    # shared capacity left wins, then the lower id) comes before rule 11 (fewer colocated
+    # containers), which only shared requests use. BestEfforts by rule 11: #1, #2, #3, #0
+    # (the only node still empty), then #1 again (#1-#3 have a CPU more than #0).
+    p = policy(tmp_path)
+    rt = Runtime(p)
+    nodes = [p.engine.cache.get(rt.create(besteffort(f"be{i}")).id).pool for i in range(5)]  # type: ignore[union-attr]
+    assert nodes == [f"NUMA node #{n}" for n in (1, 2, 3, 0, 1)]
+    # Node #1 now has two neighbours, #2 and #3 one: a shared request would avoid #1, an
+    # exclusive CPU goes there (three shared CPUs left, as in #2 and #3; the lower id).
+    g = rt.create(guaranteed("g", 1000))
+    assert p.engine.cache.get(g.id).pool == "NUMA node #1"  # type: ignore[union-attr]
+    s = rt.create(burstable("s", 100, 100))
+    assert p.engine.cache.get(s.id).pool != "NUMA node #1"  # type: ignore[union-attr]
