@@ -192,3 +192,18 @@ def test_an_exclusive_request_prefers_shared_capacity_over_fewer_neighbours(
     assert p.engine.cache.get(g.id).pool == "NUMA node #1"  # type: ignore[union-attr]
     s = rt.create(burstable("s", 100, 100))
     assert p.engine.cache.get(s.id).pool != "NUMA node #1"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("shared_load", "kind"), [(1000, EXCL), (1001, SHARED)])
+def test_exclusive_cpus_only_while_the_cpus_left_carry_the_shared_load(
+    tmp_path: Path, shared_load: int, kind: str
+) -> None:
+    # CPU 0 reserved, one pool of 1-3. Two exclusive CPUs leave one shared CPU: 1000 mCPU
+    # of shared load fit on it, 1001 do not (pickExclusiveCPUs: the pool's allocatable
+    # shared capacity must cover what its containers use), so the request is shared then.
+    p = policy(tmp_path, ONE_SOCKET_4CPU, reserved="cpuset:0")
+    rt = Runtime(p)
+    rt.create(burstable("load", shared_load, shared_load))
+    g = rt.create(guaranteed("g", 2000))
+    assert exclusive_of(p, g.id)[0] == kind
+    assert_exclusive_is_exclusive(p, rt)
