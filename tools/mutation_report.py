@@ -3,12 +3,19 @@
 ``python tools/mutation_report.py [--survivors]`` prints a Markdown table: module, mutants
 tried, killed (a test failed, or timed out), survived, and the kill rate over the mutants
 tried. Mutants not yet run (a bounded run) are counted apart, never as survivors.
+
+``--sample N --seed S MODULE`` prints a seeded random sample of N of MODULE's mutant names
+(``nri_resmgr.resmgr.policies.topology_aware.engine``), one a line, for a bounded run that
+someone else can repeat: ``mutmut run $(python tools/mutation_report.py --sample 160 ...)``.
+The names come from the meta files ``mutmut run`` writes first, so generate them once (a
+run interrupted after "Generating mutants" is enough).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -35,11 +42,30 @@ def module_stats(meta: Path) -> tuple[Counter[str], list[str]]:
     return counts, survivors
 
 
+def sample(root: Path, module: str, size: int, seed: int) -> list[str]:
+    """``size`` of ``module``'s mutant names drawn with ``seed``, in name order."""
+    meta = root / (module.replace(".", "/") + ".py.meta")
+    if not meta.is_file():
+        raise SystemExit(f"{meta}: no such meta file (run mutmut once to generate mutants)")
+    names = sorted(json.loads(meta.read_text()).get("exit_code_by_key") or {})
+    if size >= len(names):
+        return names
+    return sorted(random.Random(seed).sample(names, size))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--survivors", action="store_true", help="list surviving mutants")
     parser.add_argument("--root", type=Path, default=Path("mutants"))
+    parser.add_argument("--sample", type=int, metavar="N", help="print N mutant names of MODULE")
+    parser.add_argument("--seed", type=int, default=21, help="seed of --sample (default 21)")
+    parser.add_argument("module", nargs="?", help="dotted module name, for --sample")
     args = parser.parse_args()
+    if args.sample is not None:
+        if not args.module:
+            parser.error("--sample needs a MODULE")
+        print("\n".join(sample(args.root, args.module, args.sample, args.seed)))
+        return
     print("| module | tried | killed | survived | other | not run | kill rate |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     listing = []

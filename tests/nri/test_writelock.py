@@ -11,17 +11,20 @@ from nri_resmgr.nri.writelock import WriteLock
 async def test_writers_hold_the_lock_one_at_a_time_in_arrival_order() -> None:
     lock = WriteLock()
     order: list[str] = []
+    release = trio.Event()  # the barrier: every writer holds the lock until it is set
 
     async def writer(name: str) -> None:
         async with lock:
             order.append(f"{name} in")
-            await trio.sleep(0.01)
+            await release.wait()
             order.append(f"{name} out")
 
     async with trio.open_nursery() as nursery:
         for name in "abc":
             nursery.start_soon(writer, name)
             await trio.testing.wait_all_tasks_blocked()
+        assert order == ["a in"]  # b and c wait while a holds the lock
+        release.set()
     assert order == ["a in", "a out", "b in", "b out", "c in", "c out"]
     assert not lock.locked()
 

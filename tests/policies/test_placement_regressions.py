@@ -173,7 +173,7 @@ def test_reserved_cpu_round_trip_keeps_every_container_pinned(tmp_path: Path) ->
         assert_all_pinned(rt)
         assert_view_is_runtime(p, rt)
     late = rt.create(besteffort("late"))
-    assert rt.cpus[late.id] == "1"
+    assert rt.cpus[late.id] == "1"  # of two CPUs, the one not reserved
     assert_all_pinned(rt)
     assert_view_is_runtime(p, rt)
 
@@ -221,6 +221,8 @@ def test_balloons_reserved_cpus_moved_under_a_balloon_re_place_its_members(
     start(p, tmp_path, Layout(packages=3, cores_per_node=1, threads=2), balloons_spec("1"))
     rt = Runtime(p)
     c = rt.create(guaranteed("d", 250))
+    # The reserved balloon holds CPU 0; the default balloon packs next to it (the fullest
+    # subtree that still fits: the sibling thread of core 0), so CPU 1.
     assert rt.cpus[c.id] == "1"
     rt.apply(p.reconfigure(balloons_spec("2")))  # the reserved balloon grows to 2 CPUs
     (reserved,) = [b for b in p.state.balloons if b.type.name == "reserved"]

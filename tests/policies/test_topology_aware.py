@@ -216,6 +216,8 @@ def test_burstable_unlimited_goes_to_the_socket(tmp_path: Path) -> None:
         ("750m", "kube-system", {}, "0"),
         ("cpuset:0-1", "kube-system", {}, "0-1"),
         ("cpuset:0-1", "monitoring-a", {}, "0-1"),  # reservedPoolNamespaces glob
+        # Not reserved: shared CPUs of the roomiest NUMA node, the lowest pool id among equals
+        # (compareScores); node #0 lost 0-1 to the reservation, so node #1 (4-7).
         ("cpuset:0-1", "kube-system", {f"prefer-reserved-cpus.{P}/pod": "false"}, "4-7"),
         ("cpuset:0-1", "default", {f"prefer-reserved-cpus.{P}": "true"}, "0-1"),
         (
@@ -264,8 +266,12 @@ def test_isolated_cpus_preferred(tmp_path: Path) -> None:
     # non-isolated CPUs to socket 0's 8, so the reserved CPU is 8 (not the lowest id, 0).
     assert rt.policy.engine.reserved == CpuSet([8])
     g = rt.create(guaranteed("g", 1000))
+    # preferIsolatedCPUs (default true): a 1-CPU request takes an isolated CPU; 14-15 are one
+    # core, so the allocator's single-thread rule leaves the lower id, 14 (NUMA node #3).
     assert rt.placement(g) == ("14", "3")
-    # Multi-CPU requests use isolated CPUs only when annotated.
+    # Multi-CPU requests use isolated CPUs only when annotated. Otherwise the roomiest node:
+    # #0 and #1 have four sharable CPUs (#2 lost 8 to the reservation, #3 its isolated two),
+    # the lower pool id wins the tie, and two CPUs are a whole idle core: 0-1.
     g2 = rt.create(guaranteed("g2", 2000))
     assert rt.cpus[g2.id] == "0-1"
     rt.remove(g)
@@ -282,12 +288,27 @@ def test_isolation_opt_out(tmp_path: Path) -> None:
     assert rt.cpus[rt.create(guaranteed("g", 1000)).id] == "0"
 
 
+def pool_cpus(p: TopologyAwarePolicy, name: str) -> CpuSet:
+    return next(x.cpus for x in p.engine.pools if x.name == name)
+
+
 def test_prefer_shared_cpus_config_and_override(tmp_path: Path) -> None:
-    rt = Runtime(policy(tmp_path, prefer_shared_cpus=True))
+    p = policy(tmp_path, prefer_shared_cpus=True)
+    rt = Runtime(p)
     shared = rt.create(guaranteed("g", 2000))
-    assert rt.cpus[shared.id] == "4-7"
+    # preferSharedCPUs: a whole-CPU request is shared. It lands in the roomiest NUMA node,
+    # the lower pool id among equals (node #0 lost CPU 0 to the 750m reservation): node #1,
+    # whose CPUs it gets whole.
+    assert exclusive_of(p, shared.id) == (SHARED, "")
+    assert CpuSet.parse(rt.cpus[shared.id] or "") == pool_cpus(p, "NUMA node #1")
     excl = rt.create(guaranteed("h", 2000, annotations={f"prefer-shared-cpus.{P}": "false"}))
-    assert rt.cpus[excl.id] == "8-9"
+    # The annotation overrides it: two exclusive CPUs, from the roomiest node left (#1 now
+    # carries 2000 mCPU of shared load; #2 ties #3 and has the lower id).
+    kind, own = exclusive_of(p, excl.id)
+    assert kind == EXCL and rt.cpus[excl.id] == own
+    assert len(CpuSet.parse(own)) == 2
+    assert CpuSet.parse(own).issubset(pool_cpus(p, "NUMA node #2"))
+    assert_exclusive_is_exclusive(p, rt)
 
 
 def test_unknown_annotation_value_is_ignored(
@@ -296,7 +317,9 @@ def test_unknown_annotation_value_is_ignored(
     rt = Runtime(policy(tmp_path))
     with caplog.at_level(logging.WARNING):
         g = rt.create(guaranteed("g", 1000, annotations={f"prefer-shared-cpus.{P}": "maybe"}))
-    assert rt.cpus[g.id] == "4"
+    # Ignored means placed as without the annotation.
+    plain = Runtime(policy(tmp_path / "plain"))
+    assert rt.placement(g) == plain.placement(plain.create(guaranteed("g", 1000)))
     assert "prefer-shared-cpus" in caplog.text and "'maybe'" in caplog.text
 
 
@@ -308,7 +331,10 @@ def test_preserve_leaves_cpuset_alone(tmp_path: Path) -> None:
 
 def test_memory_not_pinned_when_disabled(tmp_path: Path) -> None:
     rt = Runtime(policy(tmp_path, pin_memory=False))
-    assert rt.placement(rt.create(guaranteed("g", 1000))) == ("4", None)
+    pinned = Runtime(policy(tmp_path / "pinned"))
+    cpus, mems = pinned.placement(pinned.create(guaranteed("g", 1000)))
+    assert mems is not None  # the control: with pinMemory the same container gets mems
+    assert rt.placement(rt.create(guaranteed("g", 1000))) == (cpus, None)
 
 
 def test_too_big_request_falls_back_to_shared(
