@@ -349,8 +349,8 @@ def test_container_resources_come_from_linux_resources_merged_over_pieces() -> N
     linux_b = length_delimited(3, linux_resources(memory=wrapped(1, 64)))
     data = length_delimited(11, text(1, "ignored") + linux_a) + length_delimited(11, linux_b)
     assert wire.container(data).resources == Resources(cpuset_cpus="1", memory_limit=64)
-    # A LinuxContainer without resources leaves them unset.
-    assert wire.container(length_delimited(11, text(4, "x"))).resources is None
+    # A LinuxContainer without resources (here only its cgroups_path, field 5) leaves them unset.
+    assert wire.container(length_delimited(11, text(5, "x"))).resources is None
 
 
 def test_a_pod_reads_its_cgroup_parent_and_resources_from_field_8() -> None:
