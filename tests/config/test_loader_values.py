@@ -7,13 +7,16 @@ Expected messages are the loader's contract (module docstring of ``config/loader
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 import pytest
 
 from nri_resmgr.config.loader import (
     ValueProblem,
+    _is_homogeneous_tuple,
+    _is_optional,
     _literal_hook,
+    _problems,
     converter,
     parse_yaml,
     structure_spec,
@@ -245,3 +248,26 @@ def test_unstructuring_omits_defaults_and_writes_lists_and_crd_keys() -> None:
         "balloonTypes": [{"name": "a", "minCPUs": 2, "namespaces": ["x"]}],
     }
     assert structure_spec(dumped, "BalloonsPolicy") == spec
+
+
+# -- which types get the strict hooks -----------------------------------------------------
+
+
+def test_only_unions_with_none_are_optional() -> None:
+    assert _is_optional(int | None)
+    assert _is_optional(Optional[str])  # noqa: UP045 - the typing spelling is a Union too
+    assert not _is_optional(int | str)
+    assert not _is_optional(int)
+
+
+def test_only_tuples_of_one_repeated_type_are_lists() -> None:
+    assert _is_homogeneous_tuple(tuple[str, ...])
+    assert not _is_homogeneous_tuple(tuple[str, int])
+    assert not _is_homogeneous_tuple(tuple[str])
+    assert not _is_homogeneous_tuple(list[str])
+    assert not _is_homogeneous_tuple(str)
+
+
+def test_a_problem_line_is_bounded() -> None:
+    [line] = _problems(ValueError("x" * 400), "spec.a")
+    assert line == f"spec.a: {'x' * 300}… (400 characters)"
