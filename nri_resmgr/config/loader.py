@@ -294,7 +294,7 @@ def load_document(data: Any) -> PolicyDocument:
     if "spec" not in data:
         raise ConfigError("spec: required key missing")
     spec = structure_spec(data["spec"], str(kind))
-    generation = meta.get("generation", 0)
+    generation = meta.get("generation")
     return PolicyDocument(
         kind=str(kind),
         spec=spec,
