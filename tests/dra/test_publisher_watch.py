@@ -57,8 +57,12 @@ async def within(seconds: float, condition: Callable[[], bool]) -> None:
 
 
 async def settled(kube: WatchedKube, publisher: SlicePublisher, syncs: int) -> None:
-    """``syncs`` syncs done and every watch event handled."""
-    await within(WATCH_WINDOW, lambda: publisher.syncs >= syncs and kube.current_watch.handled_all)
+    """``syncs`` syncs done, a watch open and every event on it handled."""
+
+    def done() -> bool:
+        return publisher.syncs >= syncs and bool(kube.watches) and kube.current_watch.handled_all
+
+    await within(WATCH_WINDOW, done)
 
 
 async def test_the_watch_is_on_its_own_slices(start: Start, autojump_clock: trio.abc.Clock) -> None:
