@@ -90,7 +90,8 @@ def _literal_hook(t: Any) -> Any:
     allowed = get_args(t)
 
     def structure(value: Any, _: Any) -> Any:
-        if value in allowed and type(value) is type(allowed[0]):
+        # Equal and of the same type: True == 1, but a boolean is not the choice 1.
+        if any(value == a and type(value) is type(a) for a in allowed):
             return value
         choices = ", ".join(repr(a) for a in allowed)
         raise ValueProblem(f"expected one of {choices}, got {_describe(value)}")

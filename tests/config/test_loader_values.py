@@ -119,6 +119,10 @@ def test_a_literal_value_must_also_have_the_choices_type() -> None:
     assert hook(2, None) == 2
     with pytest.raises(ValueProblem, match=r"^expected one of 1, 2, got True$"):
         hook(True, None)
+    mixed = _literal_hook(Literal["a", 1])
+    assert (mixed("a", None), mixed(1, None)) == ("a", 1)
+    with pytest.raises(ValueProblem, match=r"^expected one of 'a', 1, got True$"):
+        mixed(True, None)
 
 
 # -- optionals and lists ------------------------------------------------------------------
