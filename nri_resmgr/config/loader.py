@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import functools
 import re
-import typing
 from collections.abc import Mapping
 from pathlib import Path
-from types import NoneType, UnionType
 from typing import Any, Literal, get_args, get_origin
 
 import attrs
@@ -99,23 +97,6 @@ def _literal_hook(t: Any) -> Any:
     return structure
 
 
-def _is_optional(t: Any) -> bool:
-    origin = get_origin(t)
-    return origin in (typing.Union, UnionType) and NoneType in get_args(t)
-
-
-def _optional_hook_factory(conv: cattrs.Converter) -> Any:
-    def factory(t: Any) -> Any:
-        (inner,) = [a for a in get_args(t) if a is not NoneType]
-
-        def structure(value: Any, _: Any) -> Any:
-            return None if value is None else conv.structure(value, inner)
-
-        return structure
-
-    return factory
-
-
 def _is_homogeneous_tuple(t: Any) -> bool:
     args = get_args(t)
     return get_origin(t) is tuple and len(args) == 2 and args[1] is Ellipsis
@@ -175,12 +156,12 @@ def _structure_constraints(value: Any, _: Any) -> Constraints:
 
 def _make_converter() -> cattrs.Converter:
     # Unknown keys are refused by the converter's setting, which the generated attrs hooks
-    # below inherit; each plain hook's type is its return annotation.
+    # below inherit; each plain hook's type is its return annotation. ``X | None`` needs no
+    # hook: cattrs passes None through and structures anything else as X, with our hooks.
     conv = cattrs.Converter(forbid_extra_keys=True)
     for hook in (_strict_bool, _strict_int, _strict_str, _structure_constraints):
         conv.register_structure_hook(hook)
     conv.register_structure_hook_factory(_is_literal, _literal_hook)
-    conv.register_structure_hook_factory(_is_optional, _optional_hook_factory(conv))
     conv.register_structure_hook_factory(_is_homogeneous_tuple, _tuple_hook_factory(conv))
 
     def renames(cls: type) -> dict[str, Any]:

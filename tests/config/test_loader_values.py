@@ -7,14 +7,13 @@ Expected messages are the loader's contract (module docstring of ``config/loader
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import pytest
 
 from nri_resmgr.config.loader import (
     ValueProblem,
     _is_homogeneous_tuple,
-    _is_optional,
     _literal_hook,
     _problems,
     converter,
@@ -255,13 +254,6 @@ def test_unstructuring_omits_defaults_and_writes_lists_and_crd_keys() -> None:
 
 
 # -- which types get the strict hooks -----------------------------------------------------
-
-
-def test_only_unions_with_none_are_optional() -> None:
-    assert _is_optional(int | None)
-    assert _is_optional(Optional[str])  # noqa: UP045 - the typing spelling is a Union too
-    assert not _is_optional(int | str)
-    assert not _is_optional(int)
 
 
 def test_only_tuples_of_one_repeated_type_are_lists() -> None:
