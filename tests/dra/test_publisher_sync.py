@@ -264,3 +264,18 @@ async def test_the_log_says_what_was_written_and_why_it_retries(
         f"created ResourceSlice {created} (generation 3, slice 2 of 2)",
     ]
     assert [r.levelno for r in caplog.records] == [logging.WARNING] + [logging.INFO] * 4
+
+
+async def test_a_v1beta1_pool_is_compared_in_its_own_format_and_left_alone(
+    start: Start, autojump_clock: trio.abc.Clock
+) -> None:
+    # v1beta1 nests attributes under "basic": compared as v1, the pool would never match and
+    # would be rewritten on every sync.
+    kube = FakeKube({NODE: UID}, served=("v1beta1",))
+    p = await start(kube, devices=[Device("cpu0", {"numa": 0})])
+    await eventually(lambda: p.syncs >= 1)
+    writes = [c for c in kube.calls if c in ("create", "replace", "delete")]
+    assert writes == ["create"]
+    p.trigger()
+    await eventually(lambda: p.syncs >= 2)
+    assert [c for c in kube.calls if c in ("create", "replace", "delete")] == writes
