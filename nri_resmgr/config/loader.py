@@ -157,7 +157,8 @@ def _structure_constraints(value: Any, _: Any) -> Constraints:
 def _make_converter() -> cattrs.Converter:
     # Unknown keys are refused by the converter's setting, which the generated attrs hooks
     # below inherit; each plain hook's type is its return annotation. ``X | None`` needs no
-    # hook: cattrs passes None through and structures anything else as X, with our hooks.
+    # hook: cattrs passes None through and structures anything else as X, with our hooks;
+    # nor does writing tuples back: cattrs unstructures them as lists.
     conv = cattrs.Converter(forbid_extra_keys=True)
     for hook in (_strict_bool, _strict_int, _strict_str, _structure_constraints):
         conv.register_structure_hook(hook)
@@ -175,7 +176,6 @@ def _make_converter() -> cattrs.Converter:
 
     conv.register_structure_hook_factory(attrs.has, attrs_structure)
     conv.register_unstructure_hook_factory(attrs.has, attrs_unstructure)
-    conv.register_unstructure_hook(tuple, list)
     return conv
 
 

@@ -112,6 +112,21 @@ def test_the_spec_is_bounded_before_it_is_structured() -> None:
     assert problem.endswith("nested deeper than 24 levels"), problem
 
 
+def test_a_spec_found_elsewhere_is_named_by_its_own_path() -> None:
+    # The bounds check and validation name the path the caller gives, not "spec".
+    with pytest.raises(ConfigError) as info:
+        structure_spec({"reservedResources": {"cpu": "lots"}}, "TemplatePolicy", "cr.spec")
+    assert info.value.errors[0].startswith("cr.spec.reservedResources.cpu: expected a CPU")
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(30):
+        node["a"] = {}
+        node = node["a"]
+    with pytest.raises(ConfigError) as info:
+        structure_spec({**SPEC, "control": {"rdt": deep}}, "TemplatePolicy", "cr.spec")
+    assert info.value.errors[0].startswith("cr.spec.control.rdt.a"), info.value.errors
+
+
 def test_validation_runs_after_structuring() -> None:
     assert refused(doc(spec={"reservedResources": {"cpu": "lots"}})) == [
         "spec.reservedResources.cpu: expected a CPU quantity, cpuset:<list> or "
