@@ -1,7 +1,7 @@
 """A copy of the project whose mutmut runs only the given tests against each mutant.
 
-``python tools/mutation_narrow.py DEST TEST...`` copies the tracked sources, tests, protos,
-README.md and pyproject.toml to DEST (its ``mutants/`` is kept, so results accumulate) and
+``python tools/mutation_narrow.py DEST TEST...`` copies the tracked sources, tests, tools,
+protos, README.md and pyproject.toml to DEST (its ``mutants/`` is kept, so results accumulate) and
 replaces ``pytest_add_cli_args_test_selection`` in the copy's ``[tool.mutmut]`` by TEST...
 (plus the fast-tests-only options). mutmut reads that setting only from pyproject.toml.
 
@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COPIED = ["nri_resmgr", "tests", "proto", "README.md", "pyproject.toml"]
+COPIED = ["nri_resmgr", "tests", "tools", "proto", "README.md", "pyproject.toml"]
 SELECTION = re.compile(r"^pytest_add_cli_args_test_selection = \[.*?^\]", re.M | re.S)
 FAST_ONLY = ["-m", "not integration", "-p", "no:cacheprovider"]
 
@@ -28,8 +28,10 @@ FAST_ONLY = ["-m", "not integration", "-p", "no:cacheprovider"]
 def narrowed(pyproject: str, tests: list[str]) -> str:
     if not SELECTION.search(pyproject):
         raise SystemExit("pyproject.toml has no pytest_add_cli_args_test_selection to replace")
-    line = f"pytest_add_cli_args_test_selection = {json.dumps(tests + FAST_ONLY)}"
-    return SELECTION.sub(lambda _: line, pyproject, count=1)
+    # One item a line and "]" alone on the last, as in the original: a copy can be narrowed again.
+    items = "".join(f"    {json.dumps(item)},\n" for item in tests + FAST_ONLY)
+    block = f"pytest_add_cli_args_test_selection = [\n{items}]"
+    return SELECTION.sub(lambda _: block, pyproject, count=1)
 
 
 def main() -> None:

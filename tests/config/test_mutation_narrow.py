@@ -21,6 +21,11 @@ def test_the_selection_is_replaced_and_the_rest_kept() -> None:
     assert copy == original
 
 
+def test_a_narrowed_copy_can_be_narrowed_again() -> None:
+    once = narrowed(PYPROJECT.read_text(), ["tests/config"])
+    assert narrowed(once, ["tests/dra"]) == narrowed(PYPROJECT.read_text(), ["tests/dra"])
+
+
 def test_a_pyproject_without_a_selection_is_refused() -> None:
     with pytest.raises(SystemExit, match="no pytest_add_cli_args_test_selection"):
         narrowed("[tool.mutmut]\n", ["tests/config"])
