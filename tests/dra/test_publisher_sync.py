@@ -12,8 +12,9 @@ import pytest
 import trio
 
 from nri_resmgr.backoff import Backoff
-from nri_resmgr.dra.publisher import SlicePublisher, describe
+from nri_resmgr.dra.publisher import SlicePublisher, describe, resource_slices
 from nri_resmgr.kube import ApiResource, KubeObject, NotFound
+from nri_resmgr.kube.resources import RESOURCE_SLICES, RESOURCE_SLICES_V1BETA1
 from nri_resmgr.resmgr.model import Device
 from tests.dra.fake_kube import HANG, FakeKube, server_error
 
@@ -101,6 +102,17 @@ def test_a_new_publisher_has_counted_nothing_and_retries_from_one_second() -> No
     assert p.api_version == "v1"
     assert (p.backoff.initial, p.backoff.maximum) == (1.0, 60.0)
     assert (p.resync_interval, p.sync_timeout) == (30.0, 20.0)
+
+
+def test_an_empty_node_name_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"^ResourceSlice publisher: node_name must not be empty$"):
+        SlicePublisher(FakeKube({}), no_devices, DRIVER, "")
+
+
+def test_the_slices_are_the_cluster_scoped_resource_the_client_knows() -> None:
+    # The client builds URLs from these fields: a namespaced resource would get a wrong one.
+    assert resource_slices("v1") == RESOURCE_SLICES
+    assert resource_slices("v1beta1") == RESOURCE_SLICES_V1BETA1
 
 
 def test_describe_names_the_error_type_and_a_timeout_in_words() -> None:
