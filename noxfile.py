@@ -131,12 +131,20 @@ def runtime(session: nox.Session) -> None:
 def mutation(session: nox.Session) -> None:
     """Mutation testing (mutmut 3) of the core modules listed in pyproject's [tool.mutmut];
     prints the kill rate per module. Slow: not part of .ci/run. posargs select mutants by
-    name glob, e.g. ``nox -s mutation -- 'nri_resmgr.nri.mux.*'``."""
+    name glob, e.g. ``nox -s mutation -- 'nri_resmgr.nri.mux.*'``; MUTATION_TESTS narrows
+    the tests run against each mutant."""
     install_project(session, "test")
     session.install("mutmut==3.8.1")
-    session.run("nice", "-n", "10", "mutmut", "run", "--max-children", "2", *session.posargs,
-                external=True)  # fmt: skip
-    session.run("python", "tools/mutation_report.py", "--survivors")
+    # MUTATION_TESTS="tests/config ..." runs only those tests against each mutant, in a copy
+    # (tools/mutation_narrow.py): a survivor otherwise runs every test reaching its function.
+    where, narrow = ROOT, os.environ.get("MUTATION_TESTS", "").split()
+    if narrow:
+        where = ROOT / ".nox" / "mutation-narrow"
+        session.run("python", "tools/mutation_narrow.py", str(where), *narrow)
+    with session.chdir(where):
+        session.run("nice", "-n", "10", "mutmut", "run", "--max-children", "2",
+                    *session.posargs, external=True)  # fmt: skip
+        session.run("python", str(ROOT / "tools" / "mutation_report.py"), "--survivors")
 
 
 @nox.session(python=PYTHON)

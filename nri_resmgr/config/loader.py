@@ -8,11 +8,10 @@ got 'yes'``.
 
 from __future__ import annotations
 
+import functools
 import re
-import typing
 from collections.abc import Mapping
 from pathlib import Path
-from types import NoneType, UnionType
 from typing import Any, Literal, get_args, get_origin
 
 import attrs
@@ -89,29 +88,13 @@ def _literal_hook(t: Any) -> Any:
     allowed = get_args(t)
 
     def structure(value: Any, _: Any) -> Any:
-        if value in allowed and type(value) is type(allowed[0]):
+        # Equal and of the same type: True == 1, but a boolean is not the choice 1.
+        if any(value == a and type(value) is type(a) for a in allowed):
             return value
         choices = ", ".join(repr(a) for a in allowed)
         raise ValueProblem(f"expected one of {choices}, got {_describe(value)}")
 
     return structure
-
-
-def _is_optional(t: Any) -> bool:
-    origin = get_origin(t)
-    return origin in (typing.Union, UnionType) and NoneType in get_args(t)
-
-
-def _optional_hook_factory(conv: cattrs.Converter) -> Any:
-    def factory(t: Any) -> Any:
-        (inner,) = [a for a in get_args(t) if a is not NoneType]
-
-        def structure(value: Any, _: Any) -> Any:
-            return None if value is None else conv.structure(value, inner)
-
-        return structure
-
-    return factory
 
 
 def _is_homogeneous_tuple(t: Any) -> bool:
@@ -142,7 +125,7 @@ def _tuple_hook_factory(conv: cattrs.Converter) -> Any:
     return factory
 
 
-def _mapping_guard(conv: cattrs.Converter, base: Any) -> Any:
+def _mapping_guard(base: Any) -> Any:
     def structure(value: Any, t: Any) -> Any:
         if not isinstance(value, Mapping):
             raise ValueProblem(f"expected a mapping, got {_describe(value)}")
@@ -151,52 +134,61 @@ def _mapping_guard(conv: cattrs.Converter, base: Any) -> Any:
     return structure
 
 
+def _structure_constraints(value: Any, _: Any) -> Constraints:
+    # By hand: both fields are quantities, which _quantity accepts as strings or integers.
+    if not isinstance(value, Mapping):
+        raise ValueProblem(f"expected a mapping, got {_describe(value)}")
+    unknown = sorted(set(value) - {"cpu", "memory"})
+    if unknown:
+        raise ForbiddenExtraKeysError("", Constraints, set(unknown))
+    errors = []
+    parsed: dict[str, str | None] = {}
+    for name in ("cpu", "memory"):
+        try:
+            parsed[name] = _quantity(value.get(name))
+        except ValueProblem as exc:
+            exc.add_note(AttributeValidationNote(f"@ {name}", name, str))
+            errors.append(exc)
+    if errors:
+        raise ClassValidationError("invalid constraints", errors, Constraints)
+    return Constraints(**parsed)
+
+
 def _make_converter() -> cattrs.Converter:
+    # Unknown keys are refused by the converter's setting, which the generated attrs hooks
+    # below inherit; each plain hook's type is its return annotation. ``X | None`` needs no
+    # hook: cattrs passes None through and structures anything else as X, with our hooks;
+    # nor does writing tuples back: cattrs unstructures them as lists.
     conv = cattrs.Converter(forbid_extra_keys=True)
-    conv.register_structure_hook(bool, _strict_bool)
-    conv.register_structure_hook(int, _strict_int)
-    conv.register_structure_hook(str, _strict_str)
+    for hook in (_strict_bool, _strict_int, _strict_str, _structure_constraints):
+        conv.register_structure_hook(hook)
     conv.register_structure_hook_factory(_is_literal, _literal_hook)
-    conv.register_structure_hook_factory(_is_optional, _optional_hook_factory(conv))
     conv.register_structure_hook_factory(_is_homogeneous_tuple, _tuple_hook_factory(conv))
-
-    def constraints(value: Any, _: Any) -> Constraints:
-        if not isinstance(value, Mapping):
-            raise ValueProblem(f"expected a mapping, got {_describe(value)}")
-        unknown = sorted(set(value) - {"cpu", "memory"})
-        if unknown:
-            raise ForbiddenExtraKeysError("", Constraints, set(unknown))
-        errors = []
-        parsed: dict[str, str | None] = {}
-        for name in ("cpu", "memory"):
-            try:
-                parsed[name] = _quantity(value.get(name))
-            except ValueProblem as exc:
-                exc.add_note(AttributeValidationNote(f"@ {name}", name, str))
-                errors.append(exc)
-        if errors:
-            raise ClassValidationError("invalid constraints", errors, Constraints)
-        return Constraints(**parsed)
-
-    conv.register_structure_hook(Constraints, constraints)
 
     def renames(cls: type) -> dict[str, Any]:
         return {a.name: override(rename=key_of(a)) for a in attrs.fields(cls)}
 
     def attrs_structure(cls: type) -> Any:
-        fn: Any = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True, **renames(cls))
-        return _mapping_guard(conv, fn)
+        return _mapping_guard(make_dict_structure_fn(cls, conv, **renames(cls)))
 
     def attrs_unstructure(cls: type) -> Any:
         return make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=True, **renames(cls))
 
     conv.register_structure_hook_factory(attrs.has, attrs_structure)
     conv.register_unstructure_hook_factory(attrs.has, attrs_unstructure)
-    conv.register_unstructure_hook(tuple, list)
     return conv
 
 
-CONVERTER = _make_converter()
+@functools.cache
+def converter() -> cattrs.Converter:
+    """The strict converter, built once on first use rather than at import.
+
+    Building it costs about 10 ms (cattrs generates a structuring function per model class on
+    first use); a load afterwards costs well under 1 ms. Built lazily, its construction runs
+    inside the tests that load a config, where a mutation tool's forked worker can observe it
+    (``tests/mutation_plugin.py`` clears the cache per test under mutmut).
+    """
+    return _make_converter()
 
 
 # -- error reporting ----------------------------------------------------------------------
@@ -248,7 +240,7 @@ def structure_spec(data: Any, kind: str, path: str = "spec") -> PolicySpec:
         raise ConfigError(f"{path}.reservedResources: required key missing")
     check_bounds(data, path)
     try:
-        spec: PolicySpec = CONVERTER.structure(data, cls)
+        spec: PolicySpec = converter().structure(data, cls)
     except Exception as exc:
         raise ConfigError(_problems(exc, path)) from exc
     validate_spec(spec, path)
@@ -256,7 +248,7 @@ def structure_spec(data: Any, kind: str, path: str = "spec") -> PolicySpec:
 
 
 def unstructure_spec(spec: PolicySpec) -> dict[str, Any]:
-    result: dict[str, Any] = CONVERTER.unstructure(spec)
+    result: dict[str, Any] = converter().unstructure(spec)
     return result
 
 
@@ -284,7 +276,7 @@ def load_document(data: Any) -> PolicyDocument:
     if "spec" not in data:
         raise ConfigError("spec: required key missing")
     spec = structure_spec(data["spec"], str(kind))
-    generation = meta.get("generation", 0)
+    generation = meta.get("generation")
     return PolicyDocument(
         kind=str(kind),
         spec=spec,
