@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import TYPE_CHECKING
 
@@ -138,13 +139,24 @@ async def run_daemon(
         # grpclib (DRA) is the only asyncio user, and dra.enabled cannot change without a
         # restart: no asyncio loop, and no trio_asyncio import, at start-up.
         services = build_services(options, manager, doc, agent, kube)
+        freeze_startup_heap()
         return await Daemon(services, grace=options.shutdown_grace).run()
     import trio_asyncio
 
     async with trio_asyncio.open_loop():
         services = build_services(options, manager, doc, agent, kube)
         daemon = Daemon(services, grace=options.shutdown_grace)
+        freeze_startup_heap()
         return await daemon.run()
+
+
+def freeze_startup_heap() -> None:
+    """Leave what start-up made (modules, classes, the policy's topology) out of every later
+    garbage collection: otherwise each full collection walks it all again, inside whichever
+    request triggered it (20-40 ms on a loaded 2-CPU machine, measured in a Synchronize of
+    1,000). Objects are still freed by reference counting as before."""
+    gc.collect()
+    gc.freeze()
 
 
 def main(options: Options) -> int:

@@ -7,6 +7,7 @@ grpcio-tools version (both pinned in pyproject.toml), so a regenerated tree diff
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,31 @@ PROTO_DIR = ROOT / "proto"
 OUT_DIR = ROOT / "nri_resmgr" / "_gen"
 
 HEADER = '"""Generated from proto/ by tools/genproto.py (nox -s proto). Do not edit."""\n'
+# Spoken over ttrpc, not gRPC: their generated gRPC service classes are never used, and
+# importing grpclib for them was 8% of the daemon's start-up (python -X importtime).
+TTRPC_ONLY = ("nri/pkg/api/v1alpha1/__init__.py",)
+_GRPC_IMPORTS = (
+    "import grpclib\n",
+    "from betterproto.grpc.grpclib_server import ServiceBase\n",
+    "    import grpclib.server\n",
+    "    from betterproto.grpc.grpclib_client import MetadataLike\n",
+    "    from grpclib.metadata import Deadline\n",
+)
+_FIRST_SERVICE = re.compile(r"^class \w+\(betterproto\.ServiceStub\):$", re.MULTILINE)
+
+
+def without_grpc_services(source: str) -> str:
+    """``source`` less its gRPC service classes (all generated after the messages) and
+    the grpclib imports they need."""
+    found = _FIRST_SERVICE.search(source)
+    if found is not None:
+        source = source[: found.start()].rstrip() + "\n"
+    for line in _GRPC_IMPORTS:
+        source = source.replace(line, "", 1)
+    source = source.replace("\nif TYPE_CHECKING:\n\n", "\n", 1)  # left empty
+    if "grpclib" in source or "ServiceBase" in source:
+        raise RuntimeError("a ttrpc-only module still needs grpclib: update genproto.py")
+    return source
 
 
 def main() -> int:
@@ -40,6 +66,9 @@ def main() -> int:
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
     subprocess.run(cmd, check=True, cwd=PROTO_DIR, env=env)
+    for name in TTRPC_ONLY:
+        module = OUT_DIR / name
+        module.write_text(without_grpc_services(module.read_text()))
     # Every directory must be a package, so the generated modules import by absolute name.
     for d in [OUT_DIR, *sorted(p for p in OUT_DIR.rglob("*") if p.is_dir())]:
         init = d / "__init__.py"

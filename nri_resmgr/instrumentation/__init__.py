@@ -7,6 +7,18 @@
 """
 
 from nri_resmgr.instrumentation.health import READINESS, Readiness
-from nri_resmgr.instrumentation.metrics import CHANGES, observe_nri_handlers, observed
+from nri_resmgr.instrumentation.metrics import (
+    CHANGES,
+    observe_nri_handlers,
+    observe_nri_inline,
+    observed,
+)
 
-__all__ = ["CHANGES", "READINESS", "Readiness", "observe_nri_handlers", "observed"]
+__all__ = [
+    "CHANGES",
+    "READINESS",
+    "Readiness",
+    "observe_nri_handlers",
+    "observe_nri_inline",
+    "observed",
+]

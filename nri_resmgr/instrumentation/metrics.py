@@ -145,6 +145,44 @@ def observe_nri_handlers(methods: dict[str, RawHandler]) -> dict[str, RawHandler
     return {name: wrap(name, h) for name, h in methods.items()}
 
 
+InlineHandler = Callable[[bytes], bytes | None]
+
+
+def observe_nri_inline(methods: dict[str, InlineHandler]) -> dict[str, InlineHandler]:
+    """The inline NRI handlers (answered in the ttrpc reader), counted and timed as the
+    task-path ones are; a None (would wait: the task path takes it) counts nothing."""
+
+    def wrap(name: str, handler: InlineHandler) -> InlineHandler:
+        children: list[prom.Instruments] = []  # looked up once, on the first counted call
+
+        def call(payload: bytes) -> bytes | None:
+            if _prom is None:
+                reply = handler(payload)
+                if reply is not None:
+                    CHANGES.notify()
+                return reply
+            if not children:
+                children.append(_prom.Instruments("nri", name))
+            i = children[0]
+            start = time.perf_counter()
+            try:
+                reply = handler(payload)
+            except BaseException:
+                i.latency.observe(time.perf_counter() - start)
+                i.error.inc()
+                CHANGES.notify()
+                raise
+            if reply is not None:
+                i.latency.observe(time.perf_counter() - start)
+                i.ok.inc()
+                CHANGES.notify()
+            return reply
+
+        return call
+
+    return {name: wrap(name, h) for name, h in methods.items()}
+
+
 _PROM_NAMES = frozenset(
     {"CONFIG_GENERATION", "CONFIG_RELOADS", "DRA_LATENCY", "DRA_REQUESTS", "NRI_LATENCY",
      "NRI_REQUESTS", "POLICY", "REGISTRY"}
@@ -166,5 +204,6 @@ __all__ = [
     "enabled",
     "follow",
     "observe_nri_handlers",
+    "observe_nri_inline",
     "observed",
 ]

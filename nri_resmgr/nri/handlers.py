@@ -19,11 +19,11 @@ from typing import TypeVar
 import attrs
 
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
-from nri_resmgr.instrumentation import READINESS, observe_nri_handlers
+from nri_resmgr.instrumentation import READINESS, observe_nri_handlers, observe_nri_inline
 from nri_resmgr.nri import convert, wire
 from nri_resmgr.nri.errors import Code, RpcError
 from nri_resmgr.nri.events import Version, runtime_nri_version, subscription_mask
-from nri_resmgr.nri.ttrpc import RawHandler, unary
+from nri_resmgr.nri.ttrpc import InlineHandler, RawHandler, unary
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Container, Pod, Resources, Update
 
@@ -105,6 +105,39 @@ class PluginHandlers:
         }
         return {PLUGIN_SERVICE: observe_nri_handlers(methods)}
 
+    def inline_service(self) -> dict[str, dict[str, InlineHandler]]:
+        """The events answered in the ttrpc reader's task, without a handler task, when the
+        manager lock is free (see ``TtrpcServer``): the per-pod and per-container events,
+        whose work is the policy's, synchronous and never waiting on anything."""
+        bodies: dict[str, Callable[[bytes], bytes]] = {
+            "RunPodSandbox": self._run_pod_sandbox,
+            "StopPodSandbox": self._stop_pod_sandbox,
+            "RemovePodSandbox": self._remove_pod_sandbox,
+            "CreateContainer": self._create_container,
+            "StartContainer": self._start_container,
+            "StopContainer": self._stop_container,
+            "RemoveContainer": self._remove_container,
+        }
+        methods = {name: self._when_free(body) for name, body in bodies.items()}
+        for name in _POST_EVENTS:
+            methods[name] = _no_op_now
+        return {PLUGIN_SERVICE: observe_nri_inline(methods)}
+
+    def _when_free(self, body: Callable[[bytes], bytes]) -> InlineHandler:
+        manager = self._manager
+
+        def now(payload: bytes) -> bytes | None:
+            if manager.lock.locked():
+                return None  # the task path waits its turn
+            with manager.held_now():
+                return body(payload)
+
+        return now
+
+    async def _locked(self, body: Callable[[bytes], bytes], payload: bytes) -> bytes:
+        async with self._manager.lock:
+            return body(payload)
+
     # -- handshake ------------------------------------------------------------------------
 
     async def configure(self, req: api.ConfigureRequest) -> api.ConfigureResponse:
@@ -157,7 +190,11 @@ class PluginHandlers:
     # -- pods -----------------------------------------------------------------------------
 
     async def run_pod_sandbox(self, payload: bytes) -> bytes:
-        await self._manager.run_pod_sandbox(_decode(wire.pod_request, payload, "RunPodSandbox"))
+        return await self._locked(self._run_pod_sandbox, payload)
+
+    def _run_pod_sandbox(self, payload: bytes) -> bytes:
+        pod = _decode(wire.pod_request, payload, "RunPodSandbox")
+        self._manager.run_pod_sandbox_held(pod)
         return b""
 
     async def update_pod_sandbox(
@@ -171,19 +208,29 @@ class PluginHandlers:
         return api.UpdatePodSandboxResponse()
 
     async def stop_pod_sandbox(self, payload: bytes) -> bytes:
-        await self._manager.stop_pod_sandbox(_decode(wire.pod_request, payload, "StopPodSandbox"))
+        return await self._locked(self._stop_pod_sandbox, payload)
+
+    def _stop_pod_sandbox(self, payload: bytes) -> bytes:
+        pod = _decode(wire.pod_request, payload, "StopPodSandbox")
+        self._manager.stop_pod_sandbox_held(pod)
         return b""
 
     async def remove_pod_sandbox(self, payload: bytes) -> bytes:
+        return await self._locked(self._remove_pod_sandbox, payload)
+
+    def _remove_pod_sandbox(self, payload: bytes) -> bytes:
         pod = _decode(wire.pod_request, payload, "RemovePodSandbox")
-        await self._manager.remove_pod_sandbox(pod)
+        self._manager.remove_pod_sandbox_held(pod)
         return b""
 
     # -- containers -----------------------------------------------------------------------
 
     async def create_container(self, payload: bytes) -> bytes:
+        return await self._locked(self._create_container, payload)
+
+    def _create_container(self, payload: bytes) -> bytes:
         pod, ctr = _decode(wire.pod_and_container, payload, "CreateContainerRequest")
-        adjustment, updates = await self._manager.create_container(pod, ctr)
+        adjustment, updates = self._manager.create_container_held(pod, ctr)
         others = [u for u in updates if u.container_id != ctr.id]
         if len(others) != len(updates):
             # The runtime fails the creation on an update of the container being created.
@@ -191,8 +238,11 @@ class PluginHandlers:
         return wire.create_container_response(adjustment, others)
 
     async def start_container(self, payload: bytes) -> bytes:
+        return await self._locked(self._start_container, payload)
+
+    def _start_container(self, payload: bytes) -> bytes:
         pod, ctr = _decode(wire.pod_and_container, payload, "StartContainerRequest")
-        await self._manager.start_container(pod, ctr)
+        self._manager.start_container_held(pod, ctr)
         return b""
 
     async def update_container(
@@ -205,13 +255,21 @@ class PluginHandlers:
         return api.UpdateContainerResponse(update=_updates_to_proto(updates))
 
     async def stop_container(self, payload: bytes) -> bytes:
+        return await self._locked(self._stop_container, payload)
+
+    def _stop_container(self, payload: bytes) -> bytes:
         pod, ctr = _decode(wire.pod_and_container, payload, "StopContainerRequest")
-        updates = await self._manager.stop_container(pod, ctr)
+        updates = self._manager.stop_container_held(pod, ctr)
         return bytes(wire.updates_field(1, updates))
 
     async def remove_container(self, payload: bytes) -> bytes:
+        return await self._locked(self._remove_container, payload)
+
+    def _remove_container(self, payload: bytes) -> bytes:
         pod, ctr = _decode(wire.pod_and_container, payload, "RemoveContainerRequest")
-        await self._remove(pod, ctr)
+        updates = self._manager.remove_container_held(pod, ctr)
+        if updates:
+            self._defer(updates)
         return b""
 
     async def validate(
@@ -274,6 +332,18 @@ def _decode(decoder: Callable[[bytes], T], payload: bytes, what: str) -> T:
 async def _no_op(payload: bytes) -> bytes:
     """The post-events carry nothing we act on: their (empty) reply needs no decoding."""
     return b""
+
+
+def _no_op_now(payload: bytes) -> bytes:
+    return b""
+
+
+_POST_EVENTS = (
+    "PostUpdatePodSandbox",
+    "PostCreateContainer",
+    "PostStartContainer",
+    "PostUpdateContainer",
+)
 
 
 def _state_change_event(payload: bytes) -> int:

@@ -19,7 +19,8 @@ import logging
 import math
 import os
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from functools import partial
 
 import trio
 
@@ -39,6 +40,9 @@ _RECV_CHUNK = 65536
 # Reads in a row that found data without waiting, before the read loop yields anyway: a
 # flood of input must not starve the handlers it wakes.
 _READS_BEFORE_YIELD = 16
+
+Rest = Callable[[], Awaitable[None]]
+"""What a write that could not finish at once still has to do, to run in a task."""
 
 
 def encode_frames(conn_id: int, data: bytes) -> bytes:
@@ -104,6 +108,14 @@ class MuxChannel:
             await self._mux.send_frames(frame)
         else:
             await self._mux.send(self.conn_id, header + body)
+
+    def send_message_nowait(self, header: bytes, body: bytes) -> Rest | None:
+        """``send_message`` without yielding when the socket takes it all at once (None);
+        otherwise the rest of the write, which the caller must run in a task."""
+        if len(header) + len(body) <= MAX_SEND_PAYLOAD:
+            frame = _HEADER.pack(self.conn_id, len(header) + len(body)) + header + body
+            return self._mux.send_frames_nowait(frame)
+        return self._mux.send_frames_nowait(encode_frames(self.conn_id, header + body))
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         """The next chunk of the stream; ``b""`` once the trunk is closed."""
@@ -173,6 +185,34 @@ class Mux:
                 await self._stream.send_all(frames)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise ConnectionLost(f"NRI socket write failed: {exc}") from exc
+
+    def send_frames_nowait(self, frames: bytes) -> Rest | None:
+        """Write whole frames from synchronous code (a request answered in the reader task).
+
+        None: all written. Otherwise the call that sends the rest, to be run in a task; the
+        send lock is then already held for it (taken here, so no other write can come in
+        between), or, when someone else is mid-write or there is no fd, it is a plain
+        ``send_frames``. Only a connection that is ending may leave the rest unsent."""
+        if self._fd is None or not self._send_lock.acquire_nowait():
+            return partial(self.send_frames, frames)
+        try:
+            sent = self._fd.write_nowait(frames)
+        except (trio.ClosedResourceError, OSError) as exc:
+            self._send_lock.release()
+            raise ConnectionLost(f"NRI socket write failed: {exc}") from exc
+        if sent == len(frames):
+            self._send_lock.release()
+            return None
+        return partial(self._send_held, frames[sent:])
+
+    async def _send_held(self, frames: bytes) -> None:
+        """The rest of a ``send_frames_nowait``, whose caller took the send lock for us."""
+        try:
+            await self._stream.send_all(frames)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise ConnectionLost(f"NRI socket write failed: {exc}") from exc
+        finally:
+            self._send_lock.release()
 
     async def send_raw(self, data: bytes) -> None:
         """Write bytes to the trunk unframed (test peers use it to send broken frames)."""

@@ -51,6 +51,11 @@ class Simulator:
         self.pods: dict[str, api.PodSandbox] = {p.id: p for p in pods}
         self.containers: dict[str, api.Container] = {c.id: c for c in containers}
         self.plugins: list[SimPlugin] = []
+        self._creating: dict[str, list[api.ContainerUpdate]] = {}
+        """Containers whose CreateContainer is in flight, with the updates for them that
+        arrived first (in another reply): those were decided after the creation, so they
+        apply after its adjustment. A runtime dispatches one event at a time; the
+        simulator lets several be in flight, and their replies may be taken in any order."""
         self._ready_in, self._ready_out = trio.open_memory_channel[SimPlugin](math.inf)
         self._updates_in, self._updates_out = trio.open_memory_channel[list[api.ContainerUpdate]](
             math.inf
@@ -108,6 +113,9 @@ class Simulator:
         failed = []
         for update in updates:
             ctr = self.containers.get(update.container_id)
+            if ctr is None and update.container_id in self._creating:
+                self._creating[update.container_id].append(update)
+                continue
             if ctr is None:
                 if not update.ignore_failure:
                     failed.append(update)
@@ -170,13 +178,22 @@ class Simulator:
     ) -> api.CreateContainerResponse:
         """Create (and record) a container; the answer carries the plugin's adjustment."""
         req = api.CreateContainerRequest(pod=pod, container=ctr)
-        rsp = await self._relay(
-            Event.CREATE_CONTAINER, "CreateContainer", req, api.CreateContainerResponse, pod, ctr
-        )
+        self._creating[ctr.id] = []
+        try:
+            rsp = await self._relay(
+                Event.CREATE_CONTAINER,
+                "CreateContainer",
+                req,
+                api.CreateContainerResponse,
+                pod,
+                ctr,
+            )
+        finally:
+            early = self._creating.pop(ctr.id, [])
         ctr.state = api.ContainerState.CONTAINER_CREATED
         _apply_resources(ctr, rsp.adjust.linux.resources)
         self.containers[ctr.id] = ctr
-        self._apply_updates(list(rsp.update))
+        self._apply_updates([*early, *rsp.update])
         post = api.PostCreateContainerRequest(pod=pod, container=ctr)
         rsp_type = api.PostCreateContainerResponse
         await self._relay(

@@ -41,7 +41,11 @@ class PluginSession:
         self._client = TtrpcClient(self._mux.channel(RUNTIME_SERVICE_CONN))
         self._deferred_in, self._deferred_out = trio.open_memory_channel[list[Update]](math.inf)
         self.handlers = PluginHandlers(manager, self._defer_updates)
-        self._server = TtrpcServer(self._mux.channel(PLUGIN_SERVICE_CONN), self.handlers.service())
+        self._server = TtrpcServer(
+            self._mux.channel(PLUGIN_SERVICE_CONN),
+            self.handlers.service(),
+            self.handlers.inline_service(),
+        )
         self.name = name
         self.index = index
 

@@ -2,8 +2,14 @@
 
 The server dispatches ``Request{service, method}`` to registered handlers, each in its own
 task under the request's deadline; unknown services and methods get UNIMPLEMENTED, as the Go
-server answers them. The client numbers its calls with odd stream ids and matches responses
-by id, so several calls may be in flight at once.
+server answers them. A method may also have an inline handler: a synchronous one that
+answers in the reader's task, with no task spawned and no trip through the scheduler, when
+it can do so without waiting (it returns None when it would have to wait, and the request
+takes the task path). Inline handling is used only while no handler task is running, so
+requests are still answered in the order the task path would start them.
+
+The client numbers its calls with odd stream ids and matches responses by id, so several
+calls may be in flight at once.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import TypeVar
 
 import betterproto
@@ -36,6 +43,8 @@ log = logging.getLogger(__name__)
 
 RawHandler = Callable[[bytes], Awaitable[bytes]]
 """Takes the encoded request payload, returns the encoded reply or raises ``RpcError``."""
+InlineHandler = Callable[[bytes], bytes | None]
+"""A RawHandler that cannot block: the reply, or None when it would have to wait."""
 
 Req = TypeVar("Req", bound=betterproto.Message)
 Rsp = TypeVar("Rsp", bound=betterproto.Message)
@@ -66,6 +75,18 @@ class Writer:
         # A sink writes each message whole by itself, so it needs no lock of ours.
         self._sink = stream if isinstance(stream, MessageSink) else None
 
+    def write_nowait(self, msg: Message) -> Callable[[], Awaitable[None]] | None:
+        """Write from synchronous code: None when written whole at once, else the rest of
+        the write, which the caller must run in a task. Raises ``RpcError`` for a message
+        over the size limit, before anything is written."""
+        if self._sink is None:
+            encode_header(msg)  # the size check, now
+            return partial(self.write, msg)
+        try:
+            return self._sink.send_message_nowait(encode_header(msg), msg.data)
+        except OSError as exc:
+            raise ConnectionLost(f"ttrpc write failed: {exc}") from exc
+
     async def write(self, msg: Message) -> None:
         header = encode_header(msg)
         try:
@@ -80,12 +101,18 @@ class Writer:
 
 class TtrpcServer:
     def __init__(
-        self, stream: ByteStream, services: Mapping[str, Mapping[str, RawHandler]]
+        self,
+        stream: ByteStream,
+        services: Mapping[str, Mapping[str, RawHandler]],
+        inline: Mapping[str, Mapping[str, InlineHandler]] | None = None,
     ) -> None:
         self._stream = stream
         self._writer = Writer(stream)
         self._services = services
+        self._inline = inline or {}
         self._last_stream_id = 0
+        self._tasks = 0
+        """Handler tasks started and not yet finished: inline handling waits for none."""
 
     async def serve(self) -> None:
         """Serve until the stream ends (then raise ``ConnectionLost``) or a protocol error."""
@@ -108,7 +135,41 @@ class TtrpcServer:
             nursery.start_soon(self._reply_error, msg.stream_id, Code.INVALID_ARGUMENT, refusal)
             return
         self._last_stream_id = msg.stream_id
+        if self._inline and not self._tasks and self._answered_inline(nursery, msg):
+            return
+        self._tasks += 1
         nursery.start_soon(self._handle, msg)
+
+    def _answered_inline(self, nursery: trio.Nursery, msg: Message) -> bool:
+        """Answer ``msg`` here and now if its method has an inline handler that need not
+        wait; False leaves it to the task path (which also answers undecodable requests)."""
+        try:
+            service, method, payload, _ = wire.ttrpc_request(msg.data)
+        except wire.WireError:
+            return False
+        handler = self._inline.get(service, {}).get(method)
+        if handler is None:
+            return False
+        # The deadline needs no scope: the handler runs to the end without a checkpoint,
+        # as a task-path handler does once it holds the manager lock.
+        try:
+            reply = handler(payload)
+            if reply is None:
+                return False
+            response = wire.ttrpc_response(reply)
+        except RpcError as exc:
+            response = _status(exc.code, exc.message)
+        except Exception as exc:
+            log.exception("%s/%s failed", service, method)
+            response = _status(Code.UNKNOWN, str(exc) or type(exc).__name__)
+        try:
+            rest = self._writer.write_nowait(Message(msg.stream_id, MSG_RESPONSE, response))
+        except RpcError as exc:  # our reply is too big: tell the caller
+            response = _status(exc.code, exc.message)
+            rest = self._writer.write_nowait(Message(msg.stream_id, MSG_RESPONSE, response))
+        if rest is not None:
+            nursery.start_soon(rest)
+        return True
 
     def _stream_id_refusal(self, stream_id: int) -> str | None:
         if stream_id % 2 == 0:
@@ -118,6 +179,12 @@ class TtrpcServer:
         return None
 
     async def _handle(self, msg: Message) -> None:
+        try:
+            await self._handle_task(msg)
+        finally:
+            self._tasks -= 1
+
+    async def _handle_task(self, msg: Message) -> None:
         try:
             # The envelope is decoded by hand: it is on every call's path (see wire.py).
             service, method, payload, timeout_nano = wire.ttrpc_request(msg.data)
@@ -157,20 +224,15 @@ class TtrpcServer:
         return handler
 
     async def _reply_error(self, stream_id: int, code: int, message: str) -> None:
-        status = envelope.Status(code=code, message=message)
-        await self._reply(stream_id, envelope.Response(status=status))
-
-    async def _reply(self, stream_id: int, response: envelope.Response) -> None:
-        await self._reply_bytes(stream_id, bytes(response))
+        await self._reply_bytes(stream_id, _status(code, message))
 
     async def _reply_bytes(self, stream_id: int, response: bytes) -> None:
         try:
             await self._writer.write(Message(stream_id, MSG_RESPONSE, response))
         except RpcError as exc:
             # Our own reply is too big; tell the caller instead of leaving it waiting.
-            status = envelope.Status(code=exc.code, message=exc.message)
             await self._writer.write(
-                Message(stream_id, MSG_RESPONSE, bytes(envelope.Response(status=status)))
+                Message(stream_id, MSG_RESPONSE, _status(exc.code, exc.message))
             )
 
 
@@ -270,6 +332,11 @@ class TtrpcClient:
             raise ProtocolError(
                 f"{service}/{method}: cannot decode {response_type.__name__}: {exc}"
             ) from exc
+
+
+def _status(code: int, message: str) -> bytes:
+    """An encoded Response carrying an error status."""
+    return bytes(envelope.Response(status=envelope.Status(code=code, message=message)))
 
 
 async def _each_message(stream: ByteStream, on_message: Callable[[Message], None]) -> None:

@@ -8,7 +8,7 @@ is a protocol error before any of its body is buffered.
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -42,6 +42,12 @@ class MessageSink(Protocol):
     body go out in one write, without first being joined here."""
 
     async def send_message(self, header: bytes, body: bytes) -> None: ...
+
+    def send_message_nowait(
+        self, header: bytes, body: bytes
+    ) -> Callable[[], Awaitable[None]] | None:
+        """Write it without yielding if it goes out at once (None), else the rest to run
+        in a task (see ``Mux.send_frames_nowait``)."""
 
 
 @runtime_checkable

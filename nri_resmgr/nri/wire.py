@@ -14,6 +14,7 @@ malformed input raises ``WireError``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 
 from nri_resmgr.resmgr.model import (
@@ -67,11 +68,21 @@ def fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
         number, wire_type = key >> 3, key & 7
         if number == 0:
             raise WireError("field number 0")
+        # One-byte varints (most lengths and values here) are read in place: a call per
+        # field to _varint was a good part of decoding a request.
         if wire_type == VARINT:
-            value, pos = _varint(buf, pos)
+            if pos < end and buf[pos] < 0x80:
+                value = buf[pos]
+                pos += 1
+            else:
+                value, pos = _varint(buf, pos)
             yield number, value
         elif wire_type == LEN:
-            length, pos = _varint(buf, pos)
+            if pos < end and buf[pos] < 0x80:
+                length = buf[pos]
+                pos += 1
+            else:
+                length, pos = _varint(buf, pos)
             if pos + length > end:
                 raise WireError(f"field {number}: {length} bytes announced, {end - pos} left")
             yield number, buf[pos : pos + length]
@@ -393,12 +404,19 @@ def _resources_bytes(res: Resources | Adjustment) -> bytes:
 def _update_bytes(update: Update) -> bytes:
     out = bytearray()
     _put_text(out, 1, update.container_id)
-    linux = bytearray()
-    _put_len(linux, 1, _resources_bytes(update.adjustment))
-    _put_len(out, 2, linux)
+    _put_len(out, 2, _linux_update(update.adjustment))
     if update.ignore_failure:
         out += b"\x18\x01"
     return bytes(out)
+
+
+@functools.lru_cache(maxsize=512)
+def _linux_update(adjustment: Adjustment) -> bytes:
+    """A LinuxContainerUpdate; cached, because a policy moves many containers to the same
+    cpusets at once (a Synchronize of 1,000 shared containers sends one adjustment)."""
+    linux = bytearray()
+    _put_len(linux, 1, _resources_bytes(adjustment))
+    return bytes(linux)
 
 
 def updates_field(number: int, updates: Sequence[Update]) -> bytearray:

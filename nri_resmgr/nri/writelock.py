@@ -19,9 +19,23 @@ class WriteLock:
         self._held = False
         self._waiters = trio.lowlevel.ParkingLot()
 
+    def acquire_nowait(self) -> bool:
+        """Take the lock if it is free (True); the taker must ``release`` it, from any task
+        (a synchronous writer hands a write it could not finish to a task this way)."""
+        if self._held:
+            return False
+        self._held = True
+        return True
+
+    def release(self) -> None:
+        if self._waiters:
+            self._waiters.unpark()
+        else:
+            self._held = False
+
     async def __aenter__(self) -> None:
         if self._held:
-            # Released to us by __aexit__, which leaves _held set: ownership is handed over.
+            # Released to us by release(), which leaves _held set: ownership is handed over.
             await self._waiters.park()
         else:
             self._held = True
@@ -32,10 +46,7 @@ class WriteLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._waiters:
-            self._waiters.unpark()
-        else:
-            self._held = False
+        self.release()
 
     def locked(self) -> bool:
         return self._held

@@ -125,10 +125,27 @@ class ResourceManager:
             self.containers = {c.id: c for c in containers}
             return self.policy.synchronize(pods, containers)
 
+    # Each event has a body that runs with the lock held (``*_held``) and an async method
+    # that takes the lock for it. The NRI reader answers an event in place when the lock is
+    # free (``held_now``), so most events never wait on the scheduler.
+
+    @contextmanager
+    def held_now(self) -> Iterator[None]:
+        """Hold the lock for a synchronous block; raises ``trio.WouldBlock`` if it is held
+        or waited for (the caller then takes the async path, and so keeps its turn)."""
+        self.lock.acquire_nowait()
+        try:
+            yield
+        finally:
+            self.lock.release()
+
     async def run_pod_sandbox(self, pod: Pod) -> None:
         async with self.lock:
-            self.pods[pod.id] = pod
-            self.policy.run_pod_sandbox(pod)
+            self.run_pod_sandbox_held(pod)
+
+    def run_pod_sandbox_held(self, pod: Pod) -> None:
+        self.pods[pod.id] = pod
+        self.policy.run_pod_sandbox(pod)
 
     async def update_pod_sandbox(self, pod: Pod) -> None:
         async with self.lock:
@@ -137,25 +154,39 @@ class ResourceManager:
 
     async def stop_pod_sandbox(self, pod: Pod) -> None:
         async with self.lock:
-            self.policy.stop_pod_sandbox(pod)
+            self.stop_pod_sandbox_held(pod)
+
+    def stop_pod_sandbox_held(self, pod: Pod) -> None:
+        self.policy.stop_pod_sandbox(pod)
 
     async def remove_pod_sandbox(self, pod: Pod) -> None:
         async with self.lock:
-            self.pods.pop(pod.id, None)
-            self.policy.remove_pod_sandbox(pod)
+            self.remove_pod_sandbox_held(pod)
+
+    def remove_pod_sandbox_held(self, pod: Pod) -> None:
+        self.pods.pop(pod.id, None)
+        self.policy.remove_pod_sandbox(pod)
 
     async def create_container(
         self, pod: Pod, container: Container
     ) -> tuple[Adjustment, list[Update]]:
         async with self.lock:
-            self.pods.setdefault(pod.id, pod)
-            self.containers[container.id] = container
-            return self.policy.create_container(pod, container)
+            return self.create_container_held(pod, container)
+
+    def create_container_held(
+        self, pod: Pod, container: Container
+    ) -> tuple[Adjustment, list[Update]]:
+        self.pods.setdefault(pod.id, pod)
+        self.containers[container.id] = container
+        return self.policy.create_container(pod, container)
 
     async def start_container(self, pod: Pod, container: Container) -> None:
         async with self.lock:
-            self.containers[container.id] = container
-            self.policy.start_container(pod, container)
+            self.start_container_held(pod, container)
+
+    def start_container_held(self, pod: Pod, container: Container) -> None:
+        self.containers[container.id] = container
+        self.policy.start_container(pod, container)
 
     async def update_container(
         self, pod: Pod, container: Container, resources: Resources
@@ -166,12 +197,18 @@ class ResourceManager:
 
     async def stop_container(self, pod: Pod, container: Container) -> list[Update]:
         async with self.lock:
-            return self.policy.stop_container(pod, container)
+            return self.stop_container_held(pod, container)
+
+    def stop_container_held(self, pod: Pod, container: Container) -> list[Update]:
+        return self.policy.stop_container(pod, container)
 
     async def remove_container(self, pod: Pod, container: Container) -> list[Update]:
         async with self.lock:
-            self.containers.pop(container.id, None)
-            return self.policy.remove_container(pod, container)
+            return self.remove_container_held(pod, container)
+
+    def remove_container_held(self, pod: Pod, container: Container) -> list[Update]:
+        self.containers.pop(container.id, None)
+        return self.policy.remove_container(pod, container)
 
     # -- kubelet (DRA) requests -----------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from nri_resmgr.nri.errors import ConnectionLost
 from nri_resmgr.nri.mux import MAX_SEND_PAYLOAD, FrameDecoder, Mux
@@ -80,3 +81,47 @@ async def test_a_write_after_the_trunk_is_closed_fails_instead_of_writing_elsewh
     await mux.aclose()
     with pytest.raises(ConnectionLost):
         await mux.channel(1).send_message(b"h" * 10, b"body")
+
+
+async def test_a_synchronous_write_that_does_not_fit_keeps_the_trunk_for_its_rest() -> None:
+    """send_message_nowait: what the socket did not take is returned to run in a task, with
+    the send lock already held, so a write started meanwhile cannot come in between."""
+    ours, peer = await _socket_pair()
+    mux = Mux(ours)
+    channel = mux.channel(1)
+    big, small = _message(1, BIG), _message(3, 100)
+    rest = channel.send_message_nowait(encode_header(big), big.data)
+    assert rest is not None, "a 1 MiB write cannot fit a unix socket buffer"
+    assert channel.send_message_nowait(encode_header(small), small.data) is not None
+    wire_len = sum(10 + len(m.data) for m in (big, small))
+    wire_len += 8 * sum(-(-(10 + len(m.data)) // MAX_SEND_PAYLOAD) for m in (big, small))
+    with trio.fail_after(GUARD):
+        async with trio.open_nursery() as nursery:
+            second = channel.send_message_nowait(encode_header(small), small.data)
+            assert second is not None, "the trunk is taken by the first write's rest"
+            nursery.start_soon(second)
+            nursery.start_soon(rest)
+            frames = await _read_frames(peer, wire_len)
+    got = list(MessageDecoder().feed(b"".join(payload for _, payload in frames)))
+    assert got == [big, small]
+
+
+async def test_a_synchronous_write_that_fits_is_done_at_once() -> None:
+    ours, peer = await _socket_pair()
+    mux = Mux(ours)
+    msg = _message(1, 100)
+    with trio.testing.assert_no_checkpoints():
+        assert mux.channel(1).send_message_nowait(encode_header(msg), msg.data) is None
+    with trio.fail_after(GUARD):
+        frames = await _read_frames(peer, 8 + 10 + 100)
+    assert list(MessageDecoder().feed(frames[0][1])) == [msg]
+
+
+async def test_a_synchronous_write_on_a_closed_socket_is_a_lost_connection() -> None:
+    ours, peer = await _socket_pair()
+    mux = Mux(ours)
+    await peer.aclose()
+    msg = _message(1, 100)
+    with pytest.raises(ConnectionLost):
+        for _ in range(3):  # the first write may still land in the buffer
+            mux.channel(1).send_message_nowait(encode_header(msg), msg.data)

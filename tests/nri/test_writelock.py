@@ -55,3 +55,32 @@ async def test_a_waiter_cancelled_while_parked_does_not_get_the_lock() -> None:
         await trio.testing.wait_all_tasks_blocked()
     assert got == ["second"]
     assert not lock.locked()
+
+
+async def test_acquire_nowait_takes_a_free_lock_and_refuses_a_held_one() -> None:
+    lock = WriteLock()
+    assert lock.acquire_nowait()
+    assert lock.locked()
+    assert not lock.acquire_nowait()
+    lock.release()
+    assert not lock.locked()
+    assert lock.acquire_nowait()
+
+
+async def test_a_lock_taken_at_once_is_handed_to_a_waiter_on_release() -> None:
+    lock = WriteLock()
+    got: list[str] = []
+
+    async def waiter() -> None:
+        async with lock:
+            got.append("waiter")
+
+    assert lock.acquire_nowait()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []
+        lock.release()  # from another task than the one that will hold it next
+        assert lock.locked(), "ownership passes straight to the waiter"
+    assert got == ["waiter"]
+    assert not lock.locked()

@@ -17,6 +17,7 @@ from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.nri.simulator import Simulator
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.manager import ResourceManager
+from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
 from tests.reliability.workload import (
     allocations,
     inconsistencies,
@@ -44,13 +45,25 @@ def exclusive(manager: ResourceManager) -> dict[str, CpuSet]:
     return {cid: a.exclusive for cid, a in allocations(manager).items() if a.exclusive}
 
 
-async def answered(
-    manager: ResourceManager, work: list[tuple[api.PodSandbox, api.Container]], count: int
+def cut_after_decisions(
+    manager: ResourceManager, ids: set[str], count: int, runtime: Simulator
 ) -> None:
-    """Wait until the policy has answered ``count`` of the creates in ``work``."""
-    ids = {c.id for _, c in work}
-    while len(ids & set(manager.containers)) < count:
-        await trio.sleep(0)
+    """Close ``runtime``'s plugin connections as the policy decides the ``count``-th create
+    of ``ids`` (the decision itself stands)."""
+    policy = manager.policy
+    decide = policy.create_container
+    decided: list[str] = []
+
+    def create_container(pod: Pod, ctr: Container) -> tuple[Adjustment, list[Update]]:
+        result = decide(pod, ctr)
+        if ctr.id in ids:
+            decided.append(ctr.id)
+            if len(decided) == count:
+                for plugin in runtime.active_plugins():
+                    plugin.close()
+        return result
+
+    policy.create_container = create_container  # type: ignore[method-assign]
 
 
 async def settle() -> None:
@@ -74,12 +87,12 @@ async def test_runtime_restart_mid_stream_loses_and_doubles_nothing(
                 exclusive_before = exclusive(manager)
                 assert exclusive_before, "the settled workload holds no exclusive CPUs"
 
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(create_all, first, in_flight)
-                    # The runtime goes away while those creates are being answered.
-                    await answered(manager, in_flight, 3)
-                    for plugin in first.active_plugins():
-                        plugin.close()
+                # The runtime goes away while those creates are being answered: right as the
+                # policy decides the third (its reply may never arrive; later ones are cut).
+                # Cut from inside the decision, not by watching from here: the daemon may
+                # answer every request of one read before this task runs again.
+                cut_after_decisions(manager, {c.id for _, c in in_flight}, 3, first)
+                await create_all(first, in_flight)
             cut_off = [
                 c.id for _, c in in_flight if not first.containers[c.id].linux.resources.cpu.cpus
             ]

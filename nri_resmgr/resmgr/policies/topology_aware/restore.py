@@ -67,8 +67,14 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
     maybe_shared = _restore_mixed(engine, mixed, others, users)
     maybe_shared += others
     leftovers = _restore_shared(engine, maybe_shared)
+    if leftovers:
+        # One line, not one per container: a Synchronize of thousands would spend a good
+        # part of its time logging (each one is still said at debug level).
+        had_cpuset = sum(1 for live in leftovers if live.cpus is not None)
+        log.info("re-allocating %d containers: %d had no cpuset, %d one that cannot be kept",
+                 len(leftovers), len(leftovers) - had_cpuset, had_cpuset)  # fmt: skip
     for live in leftovers:
-        log.info("%s: current cpuset %s cannot be kept; re-allocating", live.name, live.cpus)
+        log.debug("%s: current cpuset %s cannot be kept; re-allocating", live.name, live.cpus)
         try:
             _grant(engine, live)
         except PlacementError:
