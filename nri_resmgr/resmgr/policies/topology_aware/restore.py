@@ -83,7 +83,9 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
             log.exception("%s: left as the runtime has it", live.name)
     for live in lives:
         a = engine.cache.get(live.container.id)
-        if a is not None:
+        # Those read back (``_put``) already hold what the runtime has; only granted ones
+        # are rewritten, sparing a thousand evolve+put pairs on a Synchronize.
+        if a is not None and (a.cpus is not live.cpus or a.mems is not live.mems):
             engine.cache.put(attrs.evolve(a, cpus=live.cpus, mems=live.mems))
     engine.unsettle()
     return engine.refresh()
@@ -132,6 +134,8 @@ def _put(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: CpuSet) -
             live.want.request,
             exclusive=exclusive,
             isolated=bool(exclusive) and exclusive.issubset(engine.isolated),
+            cpus=live.cpus,
+            mems=live.mems,
             keep_mems=live.keep_mems,
             pod=live.pod,
             container=live.container,
@@ -228,15 +232,30 @@ def _restore_shared(engine: Engine, shared: list[Live]) -> list[Live]:
     by_set: dict[CpuSet, list[int]] = defaultdict(list)
     for p in engine.pools:
         by_set[engine.shared_cpus(p.index, taken)].append(p.index)
+    # The containers of a pool report the same (cpus, mems): choose its pool once per pair.
+    chosen: dict[tuple[CpuSet | None, CpuSet | None], int | None] = {}
     leftovers: list[Live] = []
     for live in shared:
-        pools = by_set.get(live.cpus, []) if live.cpus else []
-        if not pools:
+        key = (live.cpus, live.mems)
+        if key in chosen:
+            best = chosen[key]
+        else:
+            best = chosen[key] = _shared_pool(engine, by_set, live.cpus, live.mems)
+        if best is None:
             leftovers.append(live)
             continue
-        matching = [i for i in pools if engine.pools[i].mems == live.mems]
-        best = max(matching or pools, key=lambda i: (engine.pools[i].depth, -i))
         _put(engine, live, best, Kind.SHARED, CpuSet())
         if live.want.kind is not Kind.SHARED:
             log.info("%s: restored as shared (exclusive CPUs were not available)", live.name)
     return leftovers
+
+
+def _shared_pool(
+    engine: Engine, by_set: dict[CpuSet, list[int]], cpus: CpuSet | None, mems: CpuSet | None
+) -> int | None:
+    """The deepest pool whose shared CPUs are ``cpus`` (one with memory ``mems`` first)."""
+    pools = by_set.get(cpus, []) if cpus else []
+    if not pools:
+        return None
+    matching = [i for i in pools if engine.pools[i].mems == mems]
+    return max(matching or pools, key=lambda i: (engine.pools[i].depth, -i))
