@@ -190,9 +190,18 @@ def _restore_mixed(
         else:
             groups[pool].append(live)
             seen[pool].append(live.cpus)  # type: ignore[arg-type]
+    if not groups:
+        return leftovers  # no mixed container to witness for: skip a pass over all others
+    homes: dict[tuple[CpuSet, CpuSet | None], int | None] = {}
     for w in witnesses:
-        pool = _home_pool(engine, w.cpus, w.mems) if w.cpus else None
-        if pool in groups and w.cpus is not None:
+        if not w.cpus:
+            continue
+        # Witnesses are mostly shared containers, a few distinct (cpus, mems) among them.
+        key = (w.cpus, w.mems)
+        if key not in homes:
+            homes[key] = _home_pool(engine, w.cpus, w.mems)
+        pool = homes[key]
+        if pool in groups:
             seen[pool].append(w.cpus)
     for pool, members in groups.items():
         sets = seen[pool]
