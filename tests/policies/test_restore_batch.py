@@ -1,7 +1,8 @@
 """Synchronize's bulk shortcuts give what the one-at-a-time paths give.
 
-Restore re-accounts memory with a lean commit (no release, no table of moves) and reads each
-distinct cpuset text once; these tests hold both to the plain paths they replace.
+Restore re-accounts memory with a lean commit (no release, no table of moves), stores the
+containers it keeps on shared CPUs in one batch and reads each distinct cpuset text once;
+these tests hold each to the plain path it replaces.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from nri_resmgr.resmgr.cache import Allocation, AllocationCache, Kind
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Container, ContainerState, Resources
 from nri_resmgr.resmgr.policies.hardware import reported_cpuset
@@ -102,3 +104,36 @@ def test_reported_cpuset_is_parsed_once_and_bad_ones_logged_each_time(
         "container a",
         "container b",
     ]
+
+
+def _alloc(cid: str, pool: str, kind: Kind, request: int, exclusive: str = "") -> Allocation:
+    return Allocation(cid, f"pod-{cid}", cid, pool, kind, request, CpuSet.parse(exclusive))
+
+
+def test_put_all_equals_putting_one_at_a_time() -> None:
+    before = [
+        _alloc("x", "node0", Kind.SHARED, 100),
+        _alloc("y", "node1", Kind.EXCLUSIVE, 2000, "4-5"),
+    ]
+    batch = [
+        _alloc("a", "node0", Kind.SHARED, 0),
+        _alloc("b", "node0", Kind.MIXED, 1500, "2"),
+        _alloc("c", "node1", Kind.SHARED, 250),
+        _alloc("r", "reserved", Kind.RESERVED, 100),
+        _alloc("x", "node1", Kind.SHARED, 300),  # a replacement, moving pools
+        _alloc("d", "node0", Kind.EXCLUSIVE, 1000, "3"),
+    ]
+    one, bulk = AllocationCache(), AllocationCache()
+    for a in before:
+        one.put(a)
+        bulk.put(a)
+    for a in batch:
+        one.put(a)
+    bulk.put_all(batch)
+    assert bulk.loads() == one.loads()
+    assert bulk.loads()["node0"].zero_requests == 1  # the totals are not trivially empty
+    assert list(bulk) == list(one)
+    assert {p: bulk.in_pool(p) for p in bulk.pool_names()} == {
+        p: one.in_pool(p) for p in one.pool_names()
+    }
+    assert bulk.exclusive_cpus() == one.exclusive_cpus() == CpuSet.parse("2-5")

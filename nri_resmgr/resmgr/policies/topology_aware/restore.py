@@ -124,22 +124,25 @@ def _home_pool(engine: Engine, cpus: CpuSet, mems: CpuSet | None) -> int | None:
 
 
 def _put(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: CpuSet) -> None:
-    engine.cache.put(
-        Allocation(
-            live.container.id,
-            live.pod.id,
-            live.name,
-            engine.pools[pool].name,
-            kind,
-            live.want.request,
-            exclusive=exclusive,
-            isolated=bool(exclusive) and exclusive.issubset(engine.isolated),
-            cpus=live.cpus,
-            mems=live.mems,
-            keep_mems=live.keep_mems,
-            pod=live.pod,
-            container=live.container,
-        )
+    engine.cache.put(_read_back(engine, live, pool, kind, exclusive))
+
+
+def _read_back(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: CpuSet) -> Allocation:
+    """The allocation of a container kept where it runs: it holds what the runtime has."""
+    return Allocation(
+        live.container.id,
+        live.pod.id,
+        live.name,
+        engine.pools[pool].name,
+        kind,
+        live.want.request,
+        exclusive=exclusive,
+        isolated=bool(exclusive) and exclusive.issubset(engine.isolated),
+        cpus=live.cpus,
+        mems=live.mems,
+        keep_mems=live.keep_mems,
+        pod=live.pod,
+        container=live.container,
     )
 
 
@@ -244,6 +247,9 @@ def _restore_shared(engine: Engine, shared: list[Live]) -> list[Live]:
     # The containers of a pool report the same (cpus, mems): choose its pool once per pair.
     chosen: dict[tuple[CpuSet | None, CpuSet | None], int | None] = {}
     leftovers: list[Live] = []
+    # Shared grants take no CPUs, so by_set holds through the loop: stored in one batch.
+    kept: list[Allocation] = []
+    no_cpus = CpuSet()
     for live in shared:
         key = (live.cpus, live.mems)
         if key in chosen:
@@ -253,9 +259,10 @@ def _restore_shared(engine: Engine, shared: list[Live]) -> list[Live]:
         if best is None:
             leftovers.append(live)
             continue
-        _put(engine, live, best, Kind.SHARED, CpuSet())
+        kept.append(_read_back(engine, live, best, Kind.SHARED, no_cpus))
         if live.want.kind is not Kind.SHARED:
             log.info("%s: restored as shared (exclusive CPUs were not available)", live.name)
+    engine.cache.put_all(kept)
     return leftovers
 
 
