@@ -20,6 +20,8 @@ FALSE_VALUES = frozenset({"0", "f", "F", "false", "FALSE", "False"})
 
 
 def lookup(pod: Pod, container: Container, name: str) -> str | None:
+    if not pod.annotations:
+        return None  # most pods: no keys to build (a Synchronize asks thousands of times)
     key = f"{name}.{DOMAIN}"
     for candidate in (f"{key}/container.{container.name}", f"{key}/pod", key):
         if candidate in pod.annotations:

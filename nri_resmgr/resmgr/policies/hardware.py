@@ -7,6 +7,7 @@ reconfiguration re-derives placement from)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from nri_resmgr.config.models import PolicySpec
@@ -40,7 +41,15 @@ def reported_cpuset(text: str | None, c: Container) -> CpuSet | None:
     if not text:
         return None
     try:
-        return CpuSet.parse(text)
+        return _parse(text)
     except CpuSetError as e:
         log.warning("container %s: ignoring unparsable cpuset %r: %s", c.id, text, e)
         return None
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(text: str) -> CpuSet:
+    # A Synchronize reads thousands of cpusets but few distinct ones (the containers of a
+    # pool share one): each text is parsed once. A CpuSet is immutable, so sharing is safe;
+    # errors are not cached, so every bad one is still logged for its container.
+    return CpuSet.parse(text)

@@ -258,8 +258,18 @@ class MemoryAllocator:
                 continue
             want = memory_want(a.pod, a.container, self.available, self.total)
             start = self._restored_start(a.mems, pool_mems.get(a.pool, CpuSet()), want)
-            if self.commit(a.container_id, start, want) is None:
+            if not self._restore_request(a.container_id, start, want):
                 log.warning("%s: its memory fits no zone; not accounted", a.name)
+
+    def _restore_request(self, cid: str, mems: CpuSet, want: MemoryWant) -> bool:
+        """``commit`` for ``sync``, which starts empty and ignores who moved: no release and
+        no table of moves (a thousand of each on a Synchronize)."""
+        self._journal = []
+        if self._allocate(cid, mems, want) is None:
+            self._revert()
+            return False
+        self._journal = None
+        return True
 
     def _restored_start(self, held: CpuSet | None, pool: CpuSet, want: MemoryWant) -> CpuSet:
         """Where a restored container's memory starts: the zone it holds when that is its

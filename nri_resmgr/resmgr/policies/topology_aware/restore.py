@@ -83,7 +83,9 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
             log.exception("%s: left as the runtime has it", live.name)
     for live in lives:
         a = engine.cache.get(live.container.id)
-        if a is not None:
+        # Those read back (``_put``) already hold what the runtime has; only granted ones
+        # are rewritten, sparing a thousand evolve+put pairs on a Synchronize.
+        if a is not None and (a.cpus is not live.cpus or a.mems is not live.mems):
             engine.cache.put(attrs.evolve(a, cpus=live.cpus, mems=live.mems))
     engine.unsettle()
     return engine.refresh()
@@ -122,20 +124,25 @@ def _home_pool(engine: Engine, cpus: CpuSet, mems: CpuSet | None) -> int | None:
 
 
 def _put(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: CpuSet) -> None:
-    engine.cache.put(
-        Allocation(
-            live.container.id,
-            live.pod.id,
-            live.name,
-            engine.pools[pool].name,
-            kind,
-            live.want.request,
-            exclusive=exclusive,
-            isolated=bool(exclusive) and exclusive.issubset(engine.isolated),
-            keep_mems=live.keep_mems,
-            pod=live.pod,
-            container=live.container,
-        )
+    engine.cache.put(_read_back(engine, live, pool, kind, exclusive))
+
+
+def _read_back(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: CpuSet) -> Allocation:
+    """The allocation of a container kept where it runs: it holds what the runtime has."""
+    return Allocation(
+        live.container.id,
+        live.pod.id,
+        live.name,
+        engine.pools[pool].name,
+        kind,
+        live.want.request,
+        exclusive=exclusive,
+        isolated=bool(exclusive) and exclusive.issubset(engine.isolated),
+        cpus=live.cpus,
+        mems=live.mems,
+        keep_mems=live.keep_mems,
+        pod=live.pod,
+        container=live.container,
     )
 
 
@@ -186,9 +193,18 @@ def _restore_mixed(
         else:
             groups[pool].append(live)
             seen[pool].append(live.cpus)  # type: ignore[arg-type]
+    if not groups:
+        return leftovers  # no mixed container to witness for: skip a pass over all others
+    homes: dict[tuple[CpuSet, CpuSet | None], int | None] = {}
     for w in witnesses:
-        pool = _home_pool(engine, w.cpus, w.mems) if w.cpus else None
-        if pool in groups and w.cpus is not None:
+        if not w.cpus:
+            continue
+        # Witnesses are mostly shared containers, a few distinct (cpus, mems) among them.
+        key = (w.cpus, w.mems)
+        if key not in homes:
+            homes[key] = _home_pool(engine, w.cpus, w.mems)
+        pool = homes[key]
+        if pool in groups:
             seen[pool].append(w.cpus)
     for pool, members in groups.items():
         sets = seen[pool]
@@ -228,15 +244,34 @@ def _restore_shared(engine: Engine, shared: list[Live]) -> list[Live]:
     by_set: dict[CpuSet, list[int]] = defaultdict(list)
     for p in engine.pools:
         by_set[engine.shared_cpus(p.index, taken)].append(p.index)
+    # The containers of a pool report the same (cpus, mems): choose its pool once per pair.
+    chosen: dict[tuple[CpuSet | None, CpuSet | None], int | None] = {}
     leftovers: list[Live] = []
+    # Shared grants take no CPUs, so by_set holds through the loop: stored in one batch.
+    kept: list[Allocation] = []
+    no_cpus = CpuSet()
     for live in shared:
-        pools = by_set.get(live.cpus, []) if live.cpus else []
-        if not pools:
+        key = (live.cpus, live.mems)
+        if key in chosen:
+            best = chosen[key]
+        else:
+            best = chosen[key] = _shared_pool(engine, by_set, live.cpus, live.mems)
+        if best is None:
             leftovers.append(live)
             continue
-        matching = [i for i in pools if engine.pools[i].mems == live.mems]
-        best = max(matching or pools, key=lambda i: (engine.pools[i].depth, -i))
-        _put(engine, live, best, Kind.SHARED, CpuSet())
+        kept.append(_read_back(engine, live, best, Kind.SHARED, no_cpus))
         if live.want.kind is not Kind.SHARED:
             log.info("%s: restored as shared (exclusive CPUs were not available)", live.name)
+    engine.cache.put_all(kept)
     return leftovers
+
+
+def _shared_pool(
+    engine: Engine, by_set: dict[CpuSet, list[int]], cpus: CpuSet | None, mems: CpuSet | None
+) -> int | None:
+    """The deepest pool whose shared CPUs are ``cpus`` (one with memory ``mems`` first)."""
+    pools = by_set.get(cpus, []) if cpus else []
+    if not pools:
+        return None
+    matching = [i for i in pools if engine.pools[i].mems == mems]
+    return max(matching or pools, key=lambda i: (engine.pools[i].depth, -i))
