@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import sys
 from collections.abc import Sequence
 
+from nri_resmgr.cli import UsageError, parse_options
 from nri_resmgr.log import setup_logging
 
 
@@ -25,21 +25,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from nri_resmgr.simulate import command
 
         return command.snapshot_main(args[1:])
-    # Start-up makes ~70,000 long-lived objects (modules, classes, the policy's topology):
-    # automatic collections while they are made find next to no garbage and only slow the
-    # start. One full collection runs before the heap is frozen (app.freeze_startup_heap),
-    # which turns collection back on; so does waiting for a cluster's configuration.
-    gc.disable()
-    try:
-        return _daemon(args)
-    finally:
-        gc.enable()
-
-
-def _daemon(args: list[str]) -> int:
-    # Imported here, with collection off: the NRI stack is most of the start-up time.
-    from nri_resmgr.cli import UsageError, parse_options
-
     try:
         options = parse_options(args)
     except UsageError as exc:

@@ -114,7 +114,6 @@ async def run(options: Options) -> int:
     from nri_resmgr.config.agent import ConfigAgent
     from nri_resmgr.kube import KubeClient, load_config
 
-    gc.enable()  # the wait for the node's configuration can be long; collect meanwhile
     async with KubeClient(load_config(options.kubeconfig or None)) as client:
         agent = ConfigAgent.from_options(client, options)
         log.info("waiting for the %s configuration of node %s in namespace %s",
@@ -155,11 +154,9 @@ def freeze_startup_heap() -> None:
     """Leave what start-up made (modules, classes, the policy's topology) out of every later
     garbage collection: otherwise each full collection walks it all again, inside whichever
     request triggered it (20-40 ms on a loaded 2-CPU machine, measured in a Synchronize of
-    1,000). Objects are still freed by reference counting as before. Collection is off
-    from the start of ``__main__`` to here, and back on from here."""
+    1,000). Objects are still freed by reference counting as before."""
     gc.collect()
     gc.freeze()
-    gc.enable()
 
 
 def main(options: Options) -> int:
