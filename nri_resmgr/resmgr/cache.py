@@ -158,38 +158,29 @@ class AllocationCache:
             return
         if old is not None:
             self._forget(old)
-        self._by_id[allocation.container_id] = allocation
-        self._members.setdefault(allocation.pool, {})[allocation.container_id] = None
+        self._insert(allocation)
         self._count(allocation, +1)
-        if allocation.exclusive:
-            self._exclusive = None
 
     def put_all(self, allocations: Iterable[Allocation]) -> None:
         """``put`` each of ``allocations`` in order, with the loads of new containers summed
         per pool and stored once (a restore puts a thousand into a few pools)."""
-        sums: dict[str, list[int]] = {}
+        sums: dict[str, PoolLoad] = {}
         for a in allocations:
             if a.container_id in self._by_id:
                 self.put(a)  # a replacement: its old load must be taken off first
                 continue
-            self._by_id[a.container_id] = a
-            self._members.setdefault(a.pool, {})[a.container_id] = None
-            if a.exclusive:
-                self._exclusive = None
+            self._insert(a)
             if a.kind.takes_load:
-                s = sums.setdefault(a.pool, [0, 0, 0, 0])
-                s[0] += a.shared_part
-                s[1] += a.kind is Kind.SHARED or a.kind is Kind.MIXED
-                s[2] += 1
-                s[3] += a.zero_request
-        for pool, (mcpu, users, containers, zero) in sums.items():
-            load = self._loads.get(pool, _NO_LOAD)
-            self._loads[pool] = PoolLoad(
-                load.shared_mcpu + mcpu,
-                load.shared_users + users,
-                load.containers + containers,
-                load.zero_requests + zero,
-            )
+                sums[a.pool] = _plus(sums.get(a.pool, _NO_LOAD), _load_of(a))
+        for pool, added in sums.items():
+            self._loads[pool] = _plus(self._loads.get(pool, _NO_LOAD), added)
+
+    def _insert(self, a: Allocation) -> None:
+        """Store ``a`` as its pool's member; the loads are the caller's to count."""
+        self._by_id[a.container_id] = a
+        self._members.setdefault(a.pool, {})[a.container_id] = None
+        if a.exclusive:
+            self._exclusive = None
 
     def pop(self, container_id: str) -> Allocation | None:
         old = self._by_id.pop(container_id, None)
@@ -214,14 +205,7 @@ class AllocationCache:
 
     def _count(self, a: Allocation, sign: int) -> None:
         if a.kind.takes_load:
-            load = self._loads.get(a.pool, _NO_LOAD)
-            uses_shared = a.kind is Kind.SHARED or a.kind is Kind.MIXED
-            self._loads[a.pool] = PoolLoad(
-                load.shared_mcpu + sign * a.shared_part,
-                load.shared_users + sign * uses_shared,
-                load.containers + sign,
-                load.zero_requests + sign * a.zero_request,
-            )
+            self._loads[a.pool] = _plus(self._loads.get(a.pool, _NO_LOAD), _load_of(a), sign)
 
     def loads(self) -> dict[str, PoolLoad]:
         """Per pool name: the load of the containers placed there."""
@@ -238,3 +222,18 @@ class AllocationCache:
         if self._exclusive is None:
             self._exclusive = CpuSet.union_all(a.exclusive for a in self._by_id.values())
         return self._exclusive
+
+
+def _load_of(a: Allocation) -> PoolLoad:
+    """What one load-taking allocation adds to its pool's load."""
+    uses_shared = a.kind is Kind.SHARED or a.kind is Kind.MIXED
+    return PoolLoad(a.shared_part, int(uses_shared), 1, int(a.zero_request))
+
+
+def _plus(load: PoolLoad, delta: PoolLoad, sign: int = 1) -> PoolLoad:
+    return PoolLoad(
+        load.shared_mcpu + sign * delta.shared_mcpu,
+        load.shared_users + sign * delta.shared_users,
+        load.containers + sign * delta.containers,
+        load.zero_requests + sign * delta.zero_requests,
+    )
