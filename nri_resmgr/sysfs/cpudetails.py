@@ -18,6 +18,7 @@ from pathlib import Path
 import attrs
 
 from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
+from nri_resmgr.sysfs.files import read_attr
 
 __all__ = ["Cache", "CoreKind", "CpuDetails", "Epp", "read_details"]
 
@@ -97,7 +98,7 @@ def read_details(host_root: str, online: CpuSet) -> CpuDetails:
         base = _int(path / "cpufreq/base_frequency")
         if base is not None and base > 0:
             freq[cpu] = base
-        preference = _text(path / "cpufreq/energy_performance_preference")
+        preference = read_attr(path / "cpufreq/energy_performance_preference")
         if preference is not None:
             epp[cpu] = _EPP_NAMES.get(preference, Epp.UNKNOWN)
         cluster_id = _int(path / "topology/cluster_id")
@@ -182,7 +183,7 @@ def _caches(cache_dir: Path) -> tuple[Cache, ...]:
         cpus = _cpus(index / "shared_cpu_list")
         if level is None or cpus is None:
             continue
-        kind = _text(index / "type") or "Unified"
+        kind = read_attr(index / "type") or "Unified"
         # pkg/sysfs needs the id; a cache without one is told apart by its first CPU.
         out.append(
             Cache(level, kind, cache_id if cache_id is not None else min(cpus, default=0), cpus)
@@ -191,15 +192,8 @@ def _caches(cache_dir: Path) -> tuple[Cache, ...]:
     return tuple(out)
 
 
-def _text(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
 def _int(path: Path) -> int | None:
-    text = _text(path)
+    text = read_attr(path)
     if text is None:
         return None
     try:
@@ -209,7 +203,7 @@ def _int(path: Path) -> int | None:
 
 
 def _cpus(path: Path) -> CpuSet | None:
-    text = _text(path)
+    text = read_attr(path)
     if text is None:
         return None
     try:

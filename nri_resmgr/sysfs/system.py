@@ -15,6 +15,7 @@ import attrs
 
 from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
 from nri_resmgr.sysfs.cpudetails import CpuDetails, read_details
+from nri_resmgr.sysfs.files import read_attr
 
 log = logging.getLogger(__name__)
 
@@ -179,25 +180,18 @@ def discover(host_root: str = "") -> System:
     """Read the topology under ``<host_root>/sys``; raise SysfsError if it is not there."""
     sys_dir = Path(host_root or "/") / "sys"
     cpu_dir = sys_dir / "devices/system/cpu"
-    online_text = _read(cpu_dir / "online")
+    online_text = read_attr(cpu_dir / "online")
     if online_text is None:
         raise SysfsError(f"{cpu_dir / 'online'}: cannot read the online CPUs")
     online = _parse(online_text, cpu_dir / "online")
     node_of = _numa_membership(sys_dir / "devices/system/node", online)
     cpus = {i: _read_cpu(cpu_dir / f"cpu{i}", i, node_of.get(i, 0)) for i in online}
     nodes = _read_nodes(sys_dir / "devices/system/node", node_of, online, host_root)
-    isolated = _parse(_read(cpu_dir / "isolated") or "", cpu_dir / "isolated") & online
+    isolated = _parse(read_attr(cpu_dir / "isolated") or "", cpu_dir / "isolated") & online
     details = read_details(host_root, online)
     system = System(cpus=cpus, nodes=nodes, isolated=isolated, details=details, host_root=host_root)
     log.debug("discovered %d CPUs, %d NUMA nodes", len(cpus), len(nodes))
     return system
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
 
 
 def _parse(text: str, path: Path) -> CpuSet:
@@ -208,7 +202,7 @@ def _parse(text: str, path: Path) -> CpuSet:
 
 
 def _read_int(path: Path, default: int) -> int:
-    text = _read(path)
+    text = read_attr(path)
     if text is None:
         return default
     try:
@@ -219,7 +213,7 @@ def _read_int(path: Path, default: int) -> int:
 
 def _read_cpu(path: Path, cpu: int, node: int) -> Cpu:
     topo = path / "topology"
-    siblings_text = _read(topo / "thread_siblings_list")
+    siblings_text = read_attr(topo / "thread_siblings_list")
     threads = _parse(siblings_text, topo) if siblings_text else CpuSet([cpu])
     return Cpu(
         id=cpu,
@@ -241,7 +235,7 @@ def _numa_membership(node_dir: Path, online: CpuSet) -> dict[int, int]:
     membership: dict[int, int] = {}
     for n in _node_ids(node_dir):
         cpulist = node_dir / f"node{n}" / "cpulist"
-        for cpu in _parse(_read(cpulist) or "", cpulist) & online:
+        for cpu in _parse(read_attr(cpulist) or "", cpulist) & online:
             membership[cpu] = n
     return membership
 
@@ -280,12 +274,12 @@ def _classify(nodes: dict[int, NumaNode]) -> dict[int, NumaNode]:
 
 
 def _memtotal(path: Path) -> int:
-    match = _MEMTOTAL.search(_read(path) or "")
+    match = _MEMTOTAL.search(read_attr(path) or "")
     return int(match.group(1)) * 1024 if match else 0
 
 
 def _distances(path: Path, ids: list[int], own: int) -> dict[int, int]:
-    text = _read(path)
+    text = read_attr(path)
     if not text:
         return {n: (10 if n == own else 20) for n in ids}
     values = text.split()

@@ -20,6 +20,7 @@ from pathlib import Path
 from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
 from nri_resmgr.resmgr.model import DeviceNode
 from nri_resmgr.resmgr.policies.topology_aware.hints import Hint
+from nri_resmgr.sysfs.files import read_attr
 
 __all__ = ["device_hints"]
 
@@ -110,7 +111,4 @@ def _hint_at(root: str, path: str, depth: int) -> Hint | None:
 
 
 def _read(root: str, path: str, name: str) -> str:
-    try:
-        return Path(f"{root.rstrip('/')}{path}/{name}").read_text().strip()
-    except OSError:
-        return ""
+    return read_attr(Path(f"{root.rstrip('/')}{path}/{name}")) or ""
