@@ -211,10 +211,8 @@ async def test_apiserver_restart_mid_watch_misses_no_change(
         manager = await start(nursery, c.agent(agent_client), c)
         await eventually(lambda: _is(c.entry_status("default"), ("Success", 1)))
         with caplog.at_level(logging.WARNING, logger="nri_resmgr.kube.watch"):
-            await template_crd.crash_apiserver()
-            await eventually(lambda: "reconnecting" in caplog.text)  # the agent saw it go
-            template_crd.start_apiserver_process()
-            await template_crd.wait_ready_async()
+            async with template_crd.down():
+                await eventually(lambda: "reconnecting" in caplog.text)  # the agent saw it go
         # Made while the agent's watches are still backing off: they must still arrive.
         await c.put("group.after", "7")
         await c.label("after")

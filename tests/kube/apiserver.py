@@ -10,9 +10,12 @@ killed and started again on the same port and etcd, to test clients across a res
 from __future__ import annotations
 
 import base64
+import contextlib
+import random
 import socket
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import attrs
@@ -35,14 +38,45 @@ def free_port() -> int:
         return port
 
 
+def stable_port() -> int:
+    """A free port below the kernel's ephemeral range, for a server the tests restart.
+
+    While a server on an ephemeral port is down, the kernel may hand that port to a client's
+    connection (even a client reconnecting to the very port: a TCP self-connect) or to
+    ``free_port``, and the restarted server then cannot bind it.
+    """
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 20000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port below the ephemeral range (starts at {low})")
+
+
+def _ephemeral_low() -> int:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+    except OSError:
+        return 32768
+    return int(text.split()[0])
+
+
+class ServerExited(RuntimeError):
+    """etcd or kube-apiserver exited while the tests waited for it."""
+
+
 @attrs.define
 class ApiServer:
     workdir: Path
     kube_apiserver: Path
     etcd: Path
-    port: int = attrs.field(factory=free_port)
-    etcd_port: int = attrs.field(factory=free_port)
-    etcd_peer_port: int = attrs.field(factory=free_port)
+    port: int = attrs.field(factory=stable_port)
+    etcd_port: int = attrs.field(factory=stable_port)
+    etcd_peer_port: int = attrs.field(factory=stable_port)
     _etcd_proc: subprocess.Popen[bytes] | None = None
     _api_proc: subprocess.Popen[bytes] | None = None
 
@@ -120,6 +154,36 @@ class ApiServer:
         while proc.poll() is None:
             await trio.sleep(0.05)
 
+    @contextlib.asynccontextmanager
+    async def down(self) -> AsyncIterator[None]:
+        """The API server crashed for the body, and started again after it even if it fails.
+
+        The server is shared by the session: left down by one failing test, it would fail
+        every later one with "connection refused" and hide the first failure among them.
+        """
+        await self.crash_apiserver()
+        try:
+            yield
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.restart_apiserver()
+
+    async def restart_apiserver(self, attempts: int = 3) -> None:
+        """Starts the API server again after ``crash_apiserver`` and waits until it is ready.
+
+        A start that dies before it is ready (its port not yet free, say) is retried, so one
+        test's restart cannot leave the session's shared server down for every later test.
+        """
+        for attempt in range(1, attempts + 1):
+            self.start_apiserver_process()
+            try:
+                await self.wait_ready_async()
+                return
+            except ServerExited:
+                if attempt == attempts:
+                    raise
+                await trio.sleep(0.5 * attempt)
+
     def shutdown(self) -> None:
         self.stop_apiserver()
         _stop(self._etcd_proc)
@@ -133,7 +197,7 @@ class ApiServer:
     def _ready(self) -> bool:
         for proc, name in ((self._etcd_proc, "etcd"), (self._api_proc, "kube-apiserver")):
             if proc is None or proc.poll() is not None:
-                raise RuntimeError(f"{name} is not running\n{self.log_tail()}")
+                raise ServerExited(f"{name} is not running\n{self.log_tail()}")
         try:
             resp = httpx.get(
                 f"{self.url}/readyz",

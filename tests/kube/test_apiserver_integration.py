@@ -24,6 +24,7 @@ from nri_resmgr.kube import (
     NotFound,
     PatchType,
     TlsVerifyFailed,
+    Unavailable,
     Watch,
     WatchEvent,
     load_in_cluster,
@@ -222,12 +223,10 @@ async def test_watch_survives_apiserver_restart(
         await wait_for_value(events, "1", seen)
         assert seen == [("MODIFIED", "1")]
 
-        await apiserver.crash_apiserver()
-        with trio.fail_after(60):
-            while watch.reconnects < 2:  # it keeps trying while the server is down
-                await trio.sleep(0.05)
-        apiserver.start_apiserver_process()
-        await apiserver.wait_ready_async()
+        async with apiserver.down():
+            with trio.fail_after(60):
+                while watch.reconnects < 2:  # it keeps trying while the server is down
+                    await trio.sleep(0.05)
         # Changed while the watch may still be backing off: it must show up, as MODIFIED
         # from the kept resourceVersion or inside a RESET after a 410.
         await client.patch(CONFIG_MAPS, name, {"data": {"v": "2"}}, namespace)
@@ -239,6 +238,21 @@ async def test_watch_survives_apiserver_restart(
         print("events across the restart:", seen, "reconnects:", watch.reconnects,
               "relists:", watch.relists)  # fmt: skip
         nursery.cancel_scope.cancel()
+
+
+async def test_a_test_failing_while_the_server_is_down_leaves_it_running(
+    apiserver: ApiServer, client: KubeClient
+) -> None:
+    class Failed(Exception):
+        pass
+
+    with pytest.raises(Failed):
+        async with apiserver.down():
+            with pytest.raises(Unavailable):  # refused: it is really down
+                await client.get(NODES, "absent")
+            raise Failed
+    with pytest.raises(NotFound):  # answered again: the server is back for later tests
+        await client.get(NODES, "absent")
 
 
 async def test_in_cluster_config_with_rotating_token_file(

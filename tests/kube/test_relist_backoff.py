@@ -36,8 +36,7 @@ class RecordingBackoff(Backoff):
 async def test_relists_after_gone_wait_for_a_growing_backoff(apiserver: ApiServer) -> None:
     # A restart starts the watch cache at the current version, so "1" is surely expired.
     await apiserver.crash_apiserver()
-    apiserver.start_apiserver_process()
-    await apiserver.wait_ready_async()
+    await apiserver.restart_apiserver()
     backoff = RecordingBackoff(initial=0.01, maximum=10.0, jitter=0.0)
     client, counted = expiring_client(apiserver.config())
     resets = 0
