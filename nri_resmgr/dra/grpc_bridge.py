@@ -19,10 +19,6 @@ Why each piece is here:
 * grpclib writes every HTTP/2 frame it produces at once: a unary answer is three writes
   (headers, data, trailers), three syscalls and up to three wake-ups of kubelet's reader.
   ``_CoalescingTransport`` gathers what one loop step writes and sends it as one.
-* asyncio's socket transport reads with ``recv(256 KiB)``: a fresh 256 KiB bytes object per
-  read, above glibc's mmap threshold (128 KiB), so every read of a 300-byte request maps and
-  unmaps memory (measured: 18 against 2.6 us a read). ``RECV_SIZE`` (64 KiB) stays below it;
-  a larger request is simply read in more pieces.
 * A server whose socket file vanished is unreachable for kubelet, and one whose listener died
   serves nobody; the watchdog notices both (it polls, see ``SOCKET_POLL_INTERVAL``) and raises
   ``ServerGaveUp``, a ``Fatal`` error.
@@ -30,8 +26,7 @@ Why each piece is here:
 grpclib private API used (pinned to grpclib 0.4.x in pyproject.toml): ``Server._server`` (the
 asyncio listener, closed on its own to stop accepting while requests drain) and
 ``Server._protocol_factory`` (wrapped to remember connections, so stop can close idle ones that
-grpclib's ``close()`` leaves open, and to give them the coalescing transport). asyncio private
-API: ``max_size`` of the selector socket transport (how much one read asks for).
+grpclib's ``close()`` leaves open, and to give them the coalescing transport).
 """
 
 from __future__ import annotations
@@ -72,8 +67,6 @@ SOCKET_MODE = 0o600
 # our socket with their own and receive kubelet's calls.
 _UNSAFE_DIRECTORY_BITS = stat.S_IWGRP | stat.S_IWOTH
 SHUTTING_DOWN = "shutting down"
-# Bytes asked for per socket read: below glibc's mmap threshold, far above a DRA request.
-RECV_SIZE = 64 * 1024
 
 
 class ServerGaveUp(Fatal):
@@ -215,8 +208,6 @@ class _CoalescingTransport:
 class _CoalescingProtocol(H2Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        if hasattr(transport, "max_size"):  # asyncio's selector transport; others keep theirs
-            transport.max_size = RECV_SIZE
         super().connection_made(cast(asyncio.Transport, _CoalescingTransport(transport)))
 
 

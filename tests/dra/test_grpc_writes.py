@@ -146,16 +146,3 @@ async def test_the_idle_server_schedules_nothing() -> None:
         await in_asyncio(step)
         assert scheduled == [] and recorder.writes == []
         await trio.lowlevel.checkpoint()
-
-
-async def test_reads_ask_for_less_than_the_mmap_threshold_and_big_requests_still_arrive(
-    running_plugin: RunningPlugin, kubelet: Kubelet
-) -> None:
-    channel = kubelet.channel(running_plugin.dra_socket)
-    await kubelet.prepare("v1", channel, "warm-up")
-    [transport] = server_transports(running_plugin)
-    assert transport._transport.max_size == grpc_bridge.RECV_SIZE
-    # One request of several reads: ~4 RECV_SIZE of claims.
-    uids = [f"{i:08d}-{'x' * 60}" for i in range(3000)]
-    answer = await kubelet.prepare("v1", channel, *uids)
-    assert set(answer.claims) == set(uids)
