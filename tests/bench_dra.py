@@ -10,6 +10,7 @@ Run ``python -m tests.bench_dra [n]`` or call ``bench_prepare(n)`` from ``nox -s
 from __future__ import annotations
 
 import json
+import os
 import resource
 import statistics
 import sys
@@ -70,6 +71,8 @@ async def bench_prepare(n: int = 2000, *, nri_load: bool = True) -> dict[str, An
         nri_ops_during_run=load_ops[0],
         server_cpu_us_per_call=round(cpu_s * 1e6 / (n + WARM_UP), 1),
         client_cpu_us_per_call=round(out["cpu_s"] * 1e6 / (n + WARM_UP), 1),
+        # Wall-clock figures on a shared machine mean little without it.
+        load_average_1m=round(os.getloadavg()[0], 2),
     )
 
 
