@@ -275,9 +275,7 @@ class Engine(Cpusets):
             else:
                 exclusive = allocate_cpus(self.system, candidate.source, want.exclusive, want.prio)
         return self._place_memory(
-            self._store(
-                attrs.evolve(base, pool=pool.name, exclusive=exclusive, isolated=candidate.isolated)
-            ),
+            self._store(base.placed(pool.name, exclusive, candidate.isolated)),
             memory,
         )
 
