@@ -217,8 +217,19 @@ class AllocationCache:
             self._exclusive = None
 
     def _count(self, a: Allocation, sign: int) -> None:
-        if a.kind.takes_load:
-            self._loads[a.pool] = _plus(self._loads.get(a.pool, _NO_LOAD), _load_of(a), sign)
+        # _plus(load, _load_of(a), sign) without the PoolLoad in between (twice per create).
+        kind = a.kind
+        if kind is Kind.RESERVED or kind is Kind.PRESERVE:  # not Kind.takes_load
+            return
+        old = self._loads.get(a.pool, _NO_LOAD)
+        shared = kind is not Kind.EXCLUSIVE  # SHARED or MIXED
+        zero = kind is Kind.SHARED and a.request == 0  # Allocation.zero_request
+        self._loads[a.pool] = PoolLoad(
+            old.shared_mcpu + sign * a.shared_part,
+            old.shared_users + sign * shared,
+            old.containers + sign,
+            old.zero_requests + sign * zero,
+        )
 
     def loads(self) -> dict[str, PoolLoad]:
         """Per pool name: the load of the containers placed there."""

@@ -58,6 +58,8 @@ __all__ = ["Candidate", "Engine"]
 log = logging.getLogger(__name__)
 
 _IDLE = PoolLoad()
+_NONE = CpuSet()
+"""No exclusive CPUs (a CpuSet never changes: one instance serves every shared grant)."""
 
 
 class Engine(Cpusets):
@@ -210,6 +212,7 @@ class Engine(Cpusets):
         container: Container | None,
         topo: ContainerHints | None,
     ) -> Allocation:
+        # The root-pool grant the fallbacks store; the common path builds its own, placed.
         base = Allocation(
             cid,
             pod_id,
@@ -217,6 +220,7 @@ class Engine(Cpusets):
             self.pools[0].name,
             want.kind,
             want.request,
+            _NONE,
             keep_mems=keep_mems,
             pod=pod,
             container=container,
@@ -266,7 +270,7 @@ class Engine(Cpusets):
             log.warning("%s: shared CPUs over-committed; placing in %s", name, pool.name)
             return self._place_memory(self._store(attrs.evolve(base, pool=pool.name)), memory)
         pool = self.pools[candidate.pool]
-        exclusive = CpuSet()
+        exclusive = _NONE
         if want.exclusive:
             if topo is not None and topo.pick:
                 exclusive = take_cpus(
