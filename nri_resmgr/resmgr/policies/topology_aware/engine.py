@@ -212,7 +212,7 @@ class Engine(Cpusets):
         container: Container | None,
         topo: ContainerHints | None,
     ) -> Allocation:
-        # The root-pool grant the fallbacks store; the common path builds its own, placed.
+        # The root-pool grant: the fallbacks store it as it is, the common path a placed copy.
         base = Allocation(
             cid,
             pod_id,
