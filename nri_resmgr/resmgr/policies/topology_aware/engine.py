@@ -312,3 +312,13 @@ class Engine(Cpusets):
     def release(self, cid: str) -> Allocation | None:
         self.memory.release(cid)
         return self.cache.pop(cid)
+
+    # -- for batch placement (batch.place_all) ---------------------------------------------
+
+    def affinity_weights(self, cid: str, pod: Pod, container: Container) -> dict[str, int] | None:
+        """The pool weights ``grant`` gives the container's affinities; None without any."""
+        return self._affinity(cid, pod, container)
+
+    def store_placed(self, a: Allocation, memory: MemoryWant | None) -> Allocation:
+        """Store a grant decided outside ``grant`` (by ``choose``) as ``grant`` stores its own."""
+        return self._place_memory(self._store(a), memory)
