@@ -24,8 +24,8 @@ import os
 import resource
 import sys
 import time
+from array import array
 from collections.abc import Callable
-from typing import Any
 
 import trio
 
@@ -41,17 +41,34 @@ def _switches() -> tuple[int, int, int]:
     return u.ru_nivcsw, u.ru_nvcsw, u.ru_minflt
 
 
+FIELDS = (
+    "method", "inline", "sched_ns", "handle_ns", "wall_ns", "cpu_ns", "log_ns", "gc_n",
+    "gc_ns", "gc_gen", "preempted", "waited", "minflt", "blocks",
+)  # fmt: skip
+"""One record's fields, in order. ``handle_ns`` ends when the reply is ready, ``wall_ns``
+once it is written; ``gc_gen`` is the oldest generation collected (-1: none); ``blocks``
+is ``sys.getallocatedblocks()`` when the request began."""
+
+
 class RequestTrace(trio.abc.Instrument):
-    """The recorder; also a trio instrument, for the loop's I/O wake-ups."""
+    """The recorder; also a trio instrument, for the loop's I/O wake-ups.
+
+    Records go into one flat ``array('q')``, which grows outside the small-object heap,
+    so that the trace itself does not show up as heap growth per request."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.records: list[dict[str, Any]] = []
-        self.outside_gc: list[dict[str, Any]] = []
+        self.methods: dict[str, int] = {}
+        self.records = array("q")
+        self.outside_gc = array("q")
+        """(generation, ns) pairs of the collections outside any request."""
         self._woke = 0
-        self._current: dict[str, Any] | None = None
+        self._active = False
+        self._state = [0] * len(FIELDS)
+        self._t0 = 0
+        self._cpu0 = 0
+        self._ru0 = (0, 0, 0)
         self._gc_start = 0
-        self._log_ns = 0
 
     # -- trio instrument ------------------------------------------------------------------
 
@@ -61,37 +78,40 @@ class RequestTrace(trio.abc.Instrument):
     # -- requests -------------------------------------------------------------------------
 
     def begin(self, method: str, path: str) -> None:
-        now = _ns()
-        self._log_ns = 0
-        self._current = {
-            "method": method,
-            "path": path,
-            "sched_ns": now - self._woke if self._woke else None,
-            "t0": now,
-            "cpu0": _cpu_ns(),
-            "ru0": _switches(),
-            "gc": [],
-        }
+        st = self._state
+        st[0] = self.methods.setdefault(method, len(self.methods))
+        st[1] = path == "inline"
+        st[6] = st[7] = st[8] = 0
+        st[9] = -1
+        st[13] = sys.getallocatedblocks()
+        self._active = True
+        self._ru0 = _switches()
+        self._cpu0 = _cpu_ns()
+        self._t0 = _ns()
+        st[2] = self._t0 - self._woke if self._woke else -1
+
+    def ready(self) -> None:
+        """The reply is encoded; what follows is its write."""
+        if self._active:
+            self._state[3] = _ns() - self._t0
 
     def abandon(self) -> None:
         """The request went to the task path after all: its task records it."""
-        self._current = None
+        self._active = False
 
     def end(self) -> None:
-        rec = self._current
-        if rec is None:
+        if not self._active:
             return
-        self._current = None
-        rec["wall_ns"] = _ns() - rec.pop("t0")
-        rec["cpu_ns"] = _cpu_ns() - rec.pop("cpu0")
-        rec["log_ns"] = self._log_ns
+        st = self._state
+        st[4] = _ns() - self._t0
+        st[5] = _cpu_ns() - self._cpu0
+        self._active = False
+        if not st[3]:
+            st[3] = st[4]
         ru = _switches()
-        rec["preempted"], rec["waited"], rec["minflt"] = (
-            a - b for a, b in zip(ru, rec.pop("ru0"), strict=True)
-        )
-        rec["blocks"] = sys.getallocatedblocks()
-        rec["gc_count"] = gc.get_count()
-        self.records.append(rec)
+        st[10], st[11], st[12] = (a - b for a, b in zip(ru, self._ru0, strict=True))
+        self.records.extend(st)
+        st[3] = 0
 
     # -- hooks ----------------------------------------------------------------------------
 
@@ -99,15 +119,14 @@ class RequestTrace(trio.abc.Instrument):
         if phase == "start":
             self._gc_start = _ns()
             return
-        event = {
-            "gen": info["generation"],
-            "ns": _ns() - self._gc_start,
-            "collected": info["collected"],
-        }
-        if self._current is not None:
-            self._current["gc"].append(event)
+        took = _ns() - self._gc_start
+        if self._active:
+            st = self._state
+            st[7] += 1
+            st[8] += took
+            st[9] = max(st[9], info["generation"])
         else:
-            self.outside_gc.append(event)
+            self.outside_gc.extend((info["generation"], took))
 
     def timed_emit(self, emit: Callable[[logging.LogRecord], None]) -> Callable[..., None]:
         def emit_timed(record: logging.LogRecord) -> None:
@@ -115,15 +134,21 @@ class RequestTrace(trio.abc.Instrument):
             try:
                 emit(record)
             finally:
-                self._log_ns += _ns() - start
+                if self._active:
+                    self._state[6] += _ns() - start
 
         return emit_timed
 
     def dump(self) -> None:
+        names = {i: m for m, i in self.methods.items()}
+        width = len(FIELDS)
         with open(self.path, "w", encoding="utf-8") as out:
-            for rec in self.records:
+            for k in range(0, len(self.records), width):
+                rec = dict(zip(FIELDS, self.records[k : k + width], strict=True))
+                rec["method"] = names[rec["method"]]  # type: ignore[assignment]
                 out.write(json.dumps(rec) + "\n")
-            out.write(json.dumps({"outside_gc": self.outside_gc}) + "\n")
+            pairs = list(zip(self.outside_gc[::2], self.outside_gc[1::2], strict=True))
+            out.write(json.dumps({"outside_gc": pairs}) + "\n")
 
 
 TRACE: RequestTrace | None = None

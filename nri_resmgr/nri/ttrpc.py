@@ -24,7 +24,7 @@ import betterproto
 import trio
 
 from nri_resmgr._gen import ttrpc as envelope
-from nri_resmgr.nri import framing, tailtrace, wire
+from nri_resmgr.nri import afterreply, framing, tailtrace, wire
 from nri_resmgr.nri.errors import Code, ConnectionLost, ProtocolError, RpcError
 from nri_resmgr.nri.ttrpc_codec import (
     MSG_REQUEST,
@@ -167,6 +167,8 @@ class TtrpcServer:
         except Exception as exc:
             log.exception("%s/%s failed", service, method)
             response = _status(Code.UNKNOWN, str(exc) or type(exc).__name__)
+        if trace is not None:
+            trace.ready()
         try:
             rest = self._writer.write_nowait(Message(msg.stream_id, MSG_RESPONSE, response))
         except RpcError as exc:  # our reply is too big: tell the caller
@@ -176,6 +178,9 @@ class TtrpcServer:
             nursery.start_soon(rest)
         if trace is not None:
             trace.end()
+        after = afterreply.CURRENT
+        if after is not None:
+            after.after_reply()
         return True
 
     def _stream_id_refusal(self, stream_id: int) -> str | None:
@@ -254,6 +259,9 @@ class TtrpcServer:
             await self._writer.write(
                 Message(stream_id, MSG_RESPONSE, _status(exc.code, exc.message))
             )
+        after = afterreply.CURRENT
+        if after is not None:
+            after.after_reply()
 
 
 class _Pending:
