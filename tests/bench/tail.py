@@ -46,9 +46,11 @@ def _pct(values: list[int], q: float) -> float:
 
 async def _open(stack: AsyncExitStack, name: str, src: Path | None, work: Path) -> Lane:
     """A lane running the code in ``src`` (None: this tree), its trace in ``work``; the
-    lane ``off`` runs this tree with ``NRI_RESMGR_AFTER_REPLY=0``."""
+    lane ``off`` runs this tree with ``NRI_RESMGR_AFTER_REPLY=0``; ``plain`` (this tree)
+    and ``base`` run untraced."""
     saved = dict(os.environ)
-    os.environ[ENV] = str(work / f"{name}.trace.jsonl")
+    if name in ("new", "off"):
+        os.environ[ENV] = str(work / f"{name}.trace.jsonl")
     if name == "off":
         os.environ[AFTER_REPLY_ENV] = "0"
     if src is not None:
@@ -168,7 +170,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m tests.bench.tail", description=__doc__)
     p.add_argument("--base", type=Path, help="source tree of the revision to compare with")
-    p.add_argument("--lanes", default="new,off", help="of new, off, base (comma-separated)")
+    p.add_argument("--lanes", default="new,off", help="of new, off, plain, base (comma-separated)")
     p.add_argument("--live", type=int, default=500)
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--batch", type=int, default=50)
