@@ -169,3 +169,14 @@ def install_from_env() -> None:
     atexit.register(trace.dump)
     TRACE = trace
     logging.getLogger(__name__).info("request trace on: written to %s at exit", path)
+
+
+def uninstall() -> None:
+    """Remove the trace (tests); call inside the same ``trio.run`` as the install."""
+    global TRACE
+    trace, TRACE = TRACE, None
+    if trace is None:
+        return
+    trio.lowlevel.remove_instrument(trace)
+    gc.callbacks.remove(trace.on_gc)
+    atexit.unregister(trace.dump)
