@@ -13,6 +13,7 @@ from nri_resmgr.config import PolicyDocument, load_file
 from nri_resmgr.config.filewatch import ConfigFileWatcher
 from nri_resmgr.daemon import EXIT_FATAL, EXIT_OK, Daemon, Service, until_signalled
 from nri_resmgr.errors import ConfigError, Fatal
+from nri_resmgr.nri import afterreply, tailtrace
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policy import PolicyEnv
@@ -135,6 +136,8 @@ async def run_daemon(
     agent: ConfigAgent | None = None,
     kube: KubeClient | None = None,
 ) -> int:
+    tailtrace.install_from_env()  # opt-in per-request trace (NRI_RESMGR_REQUEST_TRACE)
+    afterreply.install_from_env()  # log lines and due collections wait until a reply is out
     if not doc.spec.dra.enabled:
         # grpclib (DRA) is the only asyncio user, and dra.enabled cannot change without a
         # restart: no asyncio loop, and no trio_asyncio import, at start-up.

@@ -24,6 +24,7 @@ from functools import partial
 
 import trio
 
+from nri_resmgr.nri import afterreply
 from nri_resmgr.nri.errors import ConnectionLost, ProtocolError
 from nri_resmgr.nri.writelock import WriteLock
 
@@ -241,8 +242,19 @@ class Mux:
                 if self._decoder.pending():
                     raise ProtocolError("NRI socket closed in the middle of a mux frame")
                 raise ConnectionLost("NRI socket closed by the peer")
-            for conn_id, payload in self._decoder.feed(data):
-                self._channels[conn_id]._deliver(payload)
+            after = afterreply.CURRENT
+            if after is None:
+                self._deliver(data)
+                continue
+            after.begin_batch()
+            try:
+                self._deliver(data)
+            finally:
+                after.end_batch()
+
+    def _deliver(self, data: bytes | bytearray) -> None:
+        for conn_id, payload in self._decoder.feed(data):
+            self._channels[conn_id]._deliver(payload)
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):

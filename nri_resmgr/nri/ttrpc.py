@@ -24,7 +24,7 @@ import betterproto
 import trio
 
 from nri_resmgr._gen import ttrpc as envelope
-from nri_resmgr.nri import framing, wire
+from nri_resmgr.nri import afterreply, framing, tailtrace, wire
 from nri_resmgr.nri.errors import Code, ConnectionLost, ProtocolError, RpcError
 from nri_resmgr.nri.ttrpc_codec import (
     MSG_REQUEST,
@@ -150,11 +150,16 @@ class TtrpcServer:
         handler = self._inline.get(service, {}).get(method)
         if handler is None:
             return False
+        trace = tailtrace.TRACE
+        if trace is not None:
+            trace.begin(method, "inline")
         # The deadline needs no scope: the handler runs to the end without a checkpoint,
         # as a task-path handler does once it holds the manager lock.
         try:
             reply = handler(payload)
             if reply is None:
+                if trace is not None:
+                    trace.abandon()
                 return False
             response = wire.ttrpc_response(reply)
         except RpcError as exc:
@@ -162,6 +167,8 @@ class TtrpcServer:
         except Exception as exc:
             log.exception("%s/%s failed", service, method)
             response = _status(Code.UNKNOWN, str(exc) or type(exc).__name__)
+        if trace is not None:
+            trace.ready()
         try:
             rest = self._writer.write_nowait(Message(msg.stream_id, MSG_RESPONSE, response))
         except RpcError as exc:  # our reply is too big: tell the caller
@@ -169,6 +176,11 @@ class TtrpcServer:
             rest = self._writer.write_nowait(Message(msg.stream_id, MSG_RESPONSE, response))
         if rest is not None:
             nursery.start_soon(rest)
+        if trace is not None:
+            trace.end()
+        after = afterreply.CURRENT
+        if after is not None:
+            after.after_reply()
         return True
 
     def _stream_id_refusal(self, stream_id: int) -> str | None:
@@ -191,6 +203,19 @@ class TtrpcServer:
         except wire.WireError as exc:
             await self._reply_error(msg.stream_id, Code.INVALID_ARGUMENT, f"bad request: {exc}")
             return
+        trace = tailtrace.TRACE
+        if trace is None:
+            await self._answer(msg.stream_id, service, method, payload, timeout_nano)
+            return
+        trace.begin(method, "task")
+        try:
+            await self._answer(msg.stream_id, service, method, payload, timeout_nano)
+        finally:
+            trace.end()
+
+    async def _answer(
+        self, stream_id: int, service: str, method: str, payload: bytes, timeout_nano: int
+    ) -> None:
         handler = self._lookup(service, method)
         try:
             if isinstance(handler, RpcError):
@@ -202,17 +227,17 @@ class TtrpcServer:
             if scope.cancelled_caught:
                 raise trio.TooSlowError
         except RpcError as exc:
-            await self._reply_error(msg.stream_id, exc.code, exc.message)
+            await self._reply_error(stream_id, exc.code, exc.message)
             return
         except trio.TooSlowError:
             log.warning("%s/%s: handler missed the caller's deadline", service, method)
-            await self._reply_error(msg.stream_id, Code.DEADLINE_EXCEEDED, "deadline exceeded")
+            await self._reply_error(stream_id, Code.DEADLINE_EXCEEDED, "deadline exceeded")
             return
         except Exception as exc:
             log.exception("%s/%s failed", service, method)
-            await self._reply_error(msg.stream_id, Code.UNKNOWN, str(exc) or type(exc).__name__)
+            await self._reply_error(stream_id, Code.UNKNOWN, str(exc) or type(exc).__name__)
             return
-        await self._reply_bytes(msg.stream_id, wire.ttrpc_response(reply))
+        await self._reply_bytes(stream_id, wire.ttrpc_response(reply))
 
     def _lookup(self, service: str, method: str) -> RawHandler | RpcError:
         methods = self._services.get(service)
@@ -234,6 +259,9 @@ class TtrpcServer:
             await self._writer.write(
                 Message(stream_id, MSG_RESPONSE, _status(exc.code, exc.message))
             )
+        after = afterreply.CURRENT
+        if after is not None:
+            after.after_reply()
 
 
 class _Pending:

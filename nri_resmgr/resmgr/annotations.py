@@ -61,6 +61,8 @@ def report_unread(pod: Pod, keys: frozenset[str]) -> None:
     """Say once per key (per process) that ``pod`` carries an annotation in ``keys`` that the
     policy accepts but does not act on; a scoped key (``KEY/pod``, ``KEY/container.x``)
     counts as ``KEY``. The rule is no silent no-ops: a user setting one learns it is inert."""
+    if not pod.annotations:
+        return  # most pods, on every create: not even the import below
     from nri_resmgr.config.notapplied import say_once
 
     for annotation in pod.annotations:

@@ -62,8 +62,24 @@ def quota_to_milli_cpu(quota: int | None, period: int | None) -> int | None:
     return int(quota * MILLI_PER_CPU / period + 0.5)
 
 
+_NO_RESOURCES = Resources()
+_last: tuple[Pod, Container, Request] | None = None
+
+
 def container_request(pod: Pod, container: Container) -> Request:
-    res = container.resources or Resources()
+    """The container's request. The last answer is kept by identity: a create asks for the
+    same (frozen) pod and container twice, once for the CPU and once for the memory want."""
+    global _last
+    last = _last
+    if last is not None and last[0] is pod and last[1] is container:
+        return last[2]
+    answer = _request(pod, container)
+    _last = (pod, container, answer)
+    return answer
+
+
+def _request(pod: Pod, container: Container) -> Request:
+    res = container.resources or _NO_RESOURCES
     request = shares_to_milli_cpu(res.cpu_shares or 0)
     limit = quota_to_milli_cpu(res.cpu_quota, res.cpu_period)
     memory = res.memory_limit if res.memory_limit and res.memory_limit > 0 else None

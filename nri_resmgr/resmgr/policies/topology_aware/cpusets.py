@@ -4,8 +4,6 @@ nodes, the adjustment of a container being created, and the updates after a shar
 
 from __future__ import annotations
 
-import attrs
-
 from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import Allocation, Kind, follow
 from nri_resmgr.resmgr.cpualloc import PlacementError
@@ -55,10 +53,9 @@ class Cpusets(Supply):
         if cpus is not None and not cpus:
             raise PlacementError(f"{a.name}: no CPU left in pool {a.pool} ({a.kind.value})")
         self.cache.put(
-            attrs.evolve(
-                a,
-                cpus=cpus if cpus is not None or held is None else held.cpus,
-                mems=mems if mems is not None or held is None else held.mems,
+            a.with_cpusets(
+                cpus if cpus is not None or held is None else held.cpus,
+                mems if mems is not None or held is None else held.mems,
             )
         )
         return Adjustment(

@@ -58,6 +58,8 @@ __all__ = ["Candidate", "Engine"]
 log = logging.getLogger(__name__)
 
 _IDLE = PoolLoad()
+_NONE = CpuSet()
+"""No exclusive CPUs (a CpuSet never changes: one instance serves every shared grant)."""
 
 
 class Engine(Cpusets):
@@ -210,6 +212,7 @@ class Engine(Cpusets):
         container: Container | None,
         topo: ContainerHints | None,
     ) -> Allocation:
+        # The root-pool grant: the fallbacks store it as it is, the common path a placed copy.
         base = Allocation(
             cid,
             pod_id,
@@ -217,6 +220,7 @@ class Engine(Cpusets):
             self.pools[0].name,
             want.kind,
             want.request,
+            _NONE,
             keep_mems=keep_mems,
             pod=pod,
             container=container,
@@ -266,7 +270,7 @@ class Engine(Cpusets):
             log.warning("%s: shared CPUs over-committed; placing in %s", name, pool.name)
             return self._place_memory(self._store(attrs.evolve(base, pool=pool.name)), memory)
         pool = self.pools[candidate.pool]
-        exclusive = CpuSet()
+        exclusive = _NONE
         if want.exclusive:
             if topo is not None and topo.pick:
                 exclusive = take_cpus(
@@ -275,9 +279,7 @@ class Engine(Cpusets):
             else:
                 exclusive = allocate_cpus(self.system, candidate.source, want.exclusive, want.prio)
         return self._place_memory(
-            self._store(
-                attrs.evolve(base, pool=pool.name, exclusive=exclusive, isolated=candidate.isolated)
-            ),
+            self._store(base.placed(pool.name, exclusive, candidate.isolated)),
             memory,
         )
 
@@ -312,3 +314,13 @@ class Engine(Cpusets):
     def release(self, cid: str) -> Allocation | None:
         self.memory.release(cid)
         return self.cache.pop(cid)
+
+    # -- for batch placement (batch.place_all) ---------------------------------------------
+
+    def affinity_weights(self, cid: str, pod: Pod, container: Container) -> dict[str, int] | None:
+        """The pool weights ``grant`` gives the container's affinities; None without any."""
+        return self._affinity(cid, pod, container)
+
+    def store_placed(self, a: Allocation, memory: MemoryWant | None) -> Allocation:
+        """Store a grant decided outside ``grant`` (by ``choose``) as ``grant`` stores its own."""
+        return self._place_memory(self._store(a), memory)

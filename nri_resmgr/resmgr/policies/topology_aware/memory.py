@@ -3,6 +3,7 @@ memory criterion of pool scoring. The zones and offers themselves are in ``memzo
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -87,7 +88,7 @@ def memory_want(
             types = MemoryType.parse(value)
         except ValueError as e:
             log.error("%s/%s: ignoring annotation %s: %s", pod.namespace, pod.name, ANNOTATION, e)
-    types &= available
+    types = _limited(types, available)
     if not types:
         log.warning(
             "%s/%s/%s: no memory of the wanted types on this machine; using %s",
@@ -98,6 +99,12 @@ def memory_want(
         )
         types = available
     return MemoryWant(request, limit, types, priority, container_id=container.id)
+
+
+@functools.lru_cache(maxsize=64)
+def _limited(types: MemoryType, available: MemoryType) -> MemoryType:
+    """``types & available``, kept: the same few pairs on every create."""
+    return types & available
 
 
 def lookup_memory_preserve(pod: Pod, container: Container) -> bool:

@@ -203,6 +203,10 @@ class MemoryAllocator:
         """Allocate ``want`` for ``cid``; the zones of other containers that had to move (by
         container id), or None when it cannot be held (then nothing is allocated)."""
         self.release(cid)
+        if want.amount == 0:
+            # Most creates (BestEffort): no bytes, so no over-commit to resolve and no one
+            # moves; _allocate assigns nothing when it fails. No journal needed.
+            return {} if self._allocate(cid, mems, want) is not None else None
         self._journal = []
         req = self._allocate(cid, mems, want)
         if req is None:

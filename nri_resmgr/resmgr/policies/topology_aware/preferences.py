@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Sequence
 
 import attrs
@@ -48,6 +49,12 @@ def in_reserved_namespace(namespace: str, extra: Sequence[str]) -> bool:
     return namespace == KUBE_SYSTEM or any(fnmatch.fnmatchcase(namespace, g) for g in extra)
 
 
+@functools.lru_cache(maxsize=8)
+def _parsed_priority(text: str) -> Priority:
+    """The configured default priority (validated at load), parsed once, not per create."""
+    return Priority.parse(text)
+
+
 def wanted(
     pod: Pod, container: Container, req: Request, spec: TopologyAwareSpec, has_reserved: bool
 ) -> Want:
@@ -59,7 +66,7 @@ def wanted(
     if has_reserved and (prefer_reserved or (reserved_ns and prefer_reserved is not False)):
         return Want(Kind.RESERVED, request=r)
     # nri-plugins cpuAllocationPreferences: only Guaranteed containers' annotation counts.
-    default = Priority.parse(spec.default_cpu_priority)
+    default = _parsed_priority(spec.default_cpu_priority)
     if req.qos is QoS.BURSTABLE:
         return Want(
             Kind.SHARED,

@@ -13,6 +13,7 @@ from nri_resmgr.resmgr.cache import Allocation, Kind
 from nri_resmgr.resmgr.cpualloc import PlacementError, pick_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Container, Pod, Update
+from nri_resmgr.resmgr.policies.topology_aware.batch import place_all
 from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
 
@@ -73,14 +74,19 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
         had_cpuset = sum(1 for live in leftovers if live.cpus is not None)
         log.info("re-allocating %d containers: %d had no cpuset, %d one that cannot be kept",
                  len(leftovers), len(leftovers) - had_cpuset, had_cpuset)  # fmt: skip
-    for live in leftovers:
-        log.debug("%s: current cpuset %s cannot be kept; re-allocating", live.name, live.cpus)
+
+    def grant_one(live: Live) -> None:
         try:
             _grant(engine, live)
         except PlacementError:
             if strict:
                 raise
             log.exception("%s: left as the runtime has it", live.name)
+
+    if log.isEnabledFor(logging.DEBUG):
+        for live in leftovers:
+            log.debug("%s: current cpuset %s cannot be kept; re-allocating", live.name, live.cpus)
+    place_all(engine, leftovers, grant_one)
     for live in lives:
         a = engine.cache.get(live.container.id)
         # Those read back (``_put``) already hold what the runtime has; only granted ones
