@@ -72,13 +72,6 @@ class Allocation:
             self.exclusive, self.isolated, cpus, mems, self.keep_mems, self.pod, self.container,
         )  # fmt: skip
 
-    def placed(self, pool: str, exclusive: CpuSet, isolated: bool) -> Allocation:
-        """This grant placed in ``pool`` with ``exclusive`` CPUs (as ``with_cpusets``)."""
-        return Allocation(
-            self.container_id, self.pod_id, self.name, pool, self.kind, self.request,
-            exclusive, isolated, self.cpus, self.mems, self.keep_mems, self.pod, self.container,
-        )  # fmt: skip
-
     @property
     def zero_request(self) -> bool:
         """A shared container asking no CPU (BestEffort, 0-request Burstable): nri-plugins

@@ -1,5 +1,5 @@
 """The create path's hand-written shortcuts give what the general code gives: the
-Allocation copies (``with_cpusets``, ``placed``) equal ``attrs.evolve`` in every field, and the
+Allocation copy ``with_cpusets`` equals ``attrs.evolve`` in every field, and the
 cache's incremental loads equal a recount."""
 
 from __future__ import annotations
@@ -34,15 +34,8 @@ def test_with_cpusets_equals_evolve_in_every_field() -> None:
     assert got.pod is a.pod and got.container is a.container
 
 
-def test_placed_equals_evolve_in_every_field() -> None:
-    a = _distinct()
-    got = a.placed("pool-b", CpuSet([5, 6]), False)
-    want = attrs.evolve(a, pool="pool-b", exclusive=CpuSet([5, 6]), isolated=False)
-    assert _fields(got) == _fields(want)
-
-
 def test_every_field_is_covered() -> None:
-    # A field added to Allocation must be added to the two copies too: this fails first.
+    # A field added to Allocation must be added to with_cpusets too: this fails first.
     assert [f.name for f in attrs.fields(Allocation)] == [
         "container_id", "pod_id", "name", "pool", "kind", "request", "exclusive",
         "isolated", "cpus", "mems", "keep_mems", "pod", "container",

@@ -12,8 +12,6 @@ import functools
 import logging
 from collections.abc import Mapping
 
-import attrs
-
 from nri_resmgr.resmgr.cache import Allocation, Kind, PoolLoad
 from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuallocator import Priority, allocate_cpus
@@ -212,19 +210,18 @@ class Engine(Cpusets):
         container: Container | None,
         topo: ContainerHints | None,
     ) -> Allocation:
-        # The root-pool grant: the fallbacks store it as it is, the common path a placed copy.
-        base = Allocation(
-            cid,
-            pod_id,
-            name,
-            self.pools[0].name,
-            want.kind,
-            want.request,
-            _NONE,
-            keep_mems=keep_mems,
-            pod=pod,
-            container=container,
-        )
+        request = want.request
+
+        def grant_in(
+            pool: str, kind: Kind, exclusive: CpuSet = _NONE, isolated: bool = False
+        ) -> Allocation:
+            # Built once, where the placement is known (not a root grant then a copy).
+            return Allocation(
+                cid, pod_id, name, pool, kind, request, exclusive, isolated,
+                keep_mems=keep_mems, pod=pod, container=container,
+            )  # fmt: skip
+
+        root = self.pools[0].name
         memory = None
         if pod is not None and container is not None:
             memory = memory_want(pod, container, self.memory.available, self.memory.total)
@@ -243,10 +240,9 @@ class Engine(Cpusets):
             )
             # The pool stays the root, where reserved requests are placed (nri-plugins
             # pools.go allocatePool), so the container gets the root's whole shared set.
-            base = attrs.evolve(base, kind=Kind.SHARED)
-            return self._place_memory(self._store(base), memory)
+            return self._place_memory(self._store(grant_in(root, Kind.SHARED)), memory)
         if want.kind in (Kind.RESERVED, Kind.PRESERVE):
-            return self._place_memory(self._store(base), memory)
+            return self._place_memory(self._store(grant_in(root, want.kind)), memory)
         weights = self._affinity(cid, pod, container)
         candidate = self.choose(want, hint, weights, memory, topo)
         check_required_isolation(want, candidate is not None and candidate.isolated, name)
@@ -258,7 +254,6 @@ class Engine(Cpusets):
                 want.request,
             )
             want = Want(Kind.SHARED, request=want.request)
-            base = attrs.evolve(base, kind=Kind.SHARED)
             candidate = self.choose(want, hint, weights, memory, topo)
         if candidate is None:
             pool = self._roomiest_pool()
@@ -268,7 +263,7 @@ class Engine(Cpusets):
                     f"allowed CPU is reserved, isolated or exclusive)"
                 )
             log.warning("%s: shared CPUs over-committed; placing in %s", name, pool.name)
-            return self._place_memory(self._store(attrs.evolve(base, pool=pool.name)), memory)
+            return self._place_memory(self._store(grant_in(pool.name, want.kind)), memory)
         pool = self.pools[candidate.pool]
         exclusive = _NONE
         if want.exclusive:
@@ -279,7 +274,7 @@ class Engine(Cpusets):
             else:
                 exclusive = allocate_cpus(self.system, candidate.source, want.exclusive, want.prio)
         return self._place_memory(
-            self._store(base.placed(pool.name, exclusive, candidate.isolated)),
+            self._store(grant_in(pool.name, want.kind, exclusive, candidate.isolated)),
             memory,
         )
 

@@ -55,6 +55,12 @@ def _parsed_priority(text: str) -> Priority:
     return Priority.parse(text)
 
 
+@functools.lru_cache(maxsize=8)
+def _besteffort(prio: Priority) -> Want:
+    """The one Want of every BestEffort container (a frozen value: shared, not rebuilt)."""
+    return Want(Kind.SHARED, request=0, prio=prio)
+
+
 def wanted(
     pod: Pod, container: Container, req: Request, spec: TopologyAwareSpec, has_reserved: bool
 ) -> Want:
@@ -77,7 +83,7 @@ def wanted(
             prio=default,
         )
     if req.qos is QoS.BESTEFFORT:
-        return Want(Kind.SHARED, request=0, prio=default)
+        return _besteffort(default)
     want = attrs.evolve(
         _guaranteed(pod, container, r, spec), prio=cpu_priority(pod, container, default)
     )
