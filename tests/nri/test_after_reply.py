@@ -51,13 +51,15 @@ def handler() -> Iterator[AfterReplyHandler]:
     h = AfterReplyHandler(_Stream())
     h.setFormatter(logging.Formatter("%(message)s"))
     root = logging.getLogger()
-    root.addHandler(h)
+    # Alone on the root logger: a handler that an earlier test's setup_logging left there
+    # would be the one install() finds and defers.
+    kept, root.handlers = root.handlers, [h]
     old_level = log.level
     log.setLevel(logging.INFO)
     try:
         yield h
     finally:
-        root.removeHandler(h)
+        root.handlers = kept
         log.setLevel(old_level)
 
 
