@@ -32,6 +32,10 @@ class Kind(enum.Enum):
         return self not in (Kind.RESERVED, Kind.PRESERVE)
 
 
+NO_CPUS = CpuSet()
+"""No exclusive CPUs: a CpuSet never changes, so one instance serves every shared grant."""
+
+
 @attrs.frozen
 class Allocation:
     container_id: str
@@ -43,7 +47,7 @@ class Allocation:
     kind: Kind
     request: int
     """mCPU requested (the shared part's weight)."""
-    exclusive: CpuSet = attrs.field(factory=CpuSet)
+    exclusive: CpuSet = NO_CPUS
     """CPUs held by this container alone (empty for shared containers)."""
     isolated: bool = False
     cpus: CpuSet | None = None

@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from nri_resmgr.resmgr.cache import Allocation, Kind
-from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import check_required_isolation
 from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.resmgr.policies.topology_aware.hint_sources import container_hints
@@ -26,8 +25,6 @@ if TYPE_CHECKING:  # restore imports this module
     from nri_resmgr.resmgr.policies.topology_aware.restore import Live
 
 __all__ = ["place_all"]
-
-_NO_CPUS = CpuSet()
 
 
 def place_all(engine: Engine, lives: Sequence[Live], grant: Callable[[Live], None]) -> None:
@@ -59,7 +56,6 @@ def _place_plain(engine: Engine, live: Live) -> bool:
         engine.pools[candidate.pool].name,
         want.kind,
         want.request,
-        exclusive=_NO_CPUS,
         isolated=candidate.isolated,
         keep_mems=live.keep_mems,
         pod=pod,

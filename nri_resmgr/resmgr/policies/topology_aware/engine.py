@@ -12,7 +12,7 @@ import functools
 import logging
 from collections.abc import Mapping
 
-from nri_resmgr.resmgr.cache import Allocation, Kind, PoolLoad
+from nri_resmgr.resmgr.cache import NO_CPUS, Allocation, Kind, PoolLoad
 from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuallocator import Priority, allocate_cpus
 from nri_resmgr.resmgr.cpuset import CpuSet
@@ -56,8 +56,6 @@ __all__ = ["Candidate", "Engine"]
 log = logging.getLogger(__name__)
 
 _IDLE = PoolLoad()
-_NONE = CpuSet()
-"""No exclusive CPUs (a CpuSet never changes: one instance serves every shared grant)."""
 
 
 class Engine(Cpusets):
@@ -213,7 +211,7 @@ class Engine(Cpusets):
         request = want.request
 
         def grant_in(
-            pool: str, kind: Kind, exclusive: CpuSet = _NONE, isolated: bool = False
+            pool: str, kind: Kind, exclusive: CpuSet = NO_CPUS, isolated: bool = False
         ) -> Allocation:
             # Built once, where the placement is known (not a root grant then a copy).
             return Allocation(
@@ -265,7 +263,7 @@ class Engine(Cpusets):
             log.warning("%s: shared CPUs over-committed; placing in %s", name, pool.name)
             return self._place_memory(self._store(grant_in(pool.name, want.kind)), memory)
         pool = self.pools[candidate.pool]
-        exclusive = _NONE
+        exclusive = NO_CPUS
         if want.exclusive:
             if topo is not None and topo.pick:
                 exclusive = take_cpus(
