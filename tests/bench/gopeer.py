@@ -7,11 +7,14 @@ directory, which Go ignores outside the main module. So we build from a throwawa
 in the cache whose go.mod is the upstream one with that replace pointed somewhere real:
 
 1. the nested module at the release commit, as a pseudo-version from the module proxy;
-2. failing that (a proxy that serves only tagged releases), a local copy of
-   ``pkg/topology`` from the same commit in ``$NRI_PLUGINS_TOPOLOGY_SRC`` or
-   ``<cache>/src/nri-plugins-topology@<commit>`` (``git archive <commit> pkg/topology``).
+2. failing that (a proxy that serves only tagged releases, or refuses that pseudo-version,
+   as this workplace's did on 2026-12-04), a local copy of ``pkg/topology`` from the same
+   commit in ``$NRI_PLUGINS_TOPOLOGY_SRC`` or ``<cache>/src/nri-plugins-topology@<commit>``
+   (``git archive <commit> pkg/topology``).
 
-Nothing of it lands in the repository.
+``release_module`` writes that main module's go.mod and go.sum for any target; goalloc
+(``tests/cpuallocator/gopeer.py``) uses it with a target of its own. Nothing of it lands in
+the repository.
 """
 
 from __future__ import annotations
@@ -50,17 +53,26 @@ def ensure_go_topology_aware() -> Path:
         raise
     workdir = cache_dir() / "build" / BINARY
     workdir.mkdir(parents=True, exist_ok=True)
-    upstream = _download(go, workdir, f"{MODULE}@{VERSION}")
-    gomod = _main_module(Path(upstream["GoMod"]).read_text(), _topology_replacement(go, workdir))
+    gomod = release_module(go, workdir, "bench-peers", _topology_replacement(go, workdir))
     stamp = out.with_name(out.name + ".sha256")
     digest = hashlib.sha256((_run_go(go, workdir, "version") + gomod).encode()).hexdigest()
     if out.exists() and stamp.exists() and stamp.read_text().strip() == digest:
         return out
-    (workdir / "go.mod").write_text(gomod)
-    (workdir / "go.sum").write_bytes((Path(upstream["Dir"]) / "go.sum").read_bytes())
     _build(go, workdir, out)
     stamp.write_text(digest + "\n")
     return out
+
+
+def release_module(go: str, workdir: Path, name: str, topology_target: str) -> str:
+    """Write into ``workdir`` a main module ``nri-resmgr.local/<name>`` that requires the
+    release, with upstream's go.sum and ``pkg/topology`` replaced by ``topology_target``;
+    returns the go.mod text."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    upstream = _download(go, workdir, f"{MODULE}@{VERSION}")
+    gomod = _main_module(Path(upstream["GoMod"]).read_text(), name, topology_target)
+    (workdir / "go.mod").write_text(gomod)
+    (workdir / "go.sum").write_bytes((Path(upstream["Dir"]) / "go.sum").read_bytes())
+    return gomod
 
 
 def _download(go: str, workdir: Path, spec: str) -> dict[str, str]:
@@ -95,9 +107,9 @@ def _local_topology_source() -> Path | None:
     return None
 
 
-def _main_module(upstream_gomod: str, topology_target: str) -> str:
+def _main_module(upstream_gomod: str, name: str, topology_target: str) -> str:
     """The upstream go.mod as a main module of our own that requires the release."""
-    text = re.sub(r"(?m)^module .*$", "module nri-resmgr.local/bench-peers", upstream_gomod)
+    text = re.sub(r"(?m)^module .*$", f"module nri-resmgr.local/{name}", upstream_gomod)
     text = re.sub(r"(?m)^tool .*\n", "", text)  # tool deps are upstream's, not needed here
     text = text.replace("require (", f"require (\n\t{MODULE} {VERSION}", 1)
     relative = re.compile(rf"(?m)^(\s*{re.escape(TOPOLOGY_MODULE)} v0\.0\.0 =>) \./pkg/topology$")

@@ -1,9 +1,14 @@
 """Builds ``goalloc`` (``goalloc/main.go``): nri-plugins' own ``pkg/cpuallocator`` behind a
 line-per-request JSON interface, the reference our allocator is compared with.
 
-It is built in the peer cache, in a main module whose go.mod is the one the topology-aware
-peer build (``tests/bench/gopeer.py``) generates from the published release, so it links
-exactly that release's allocator and sysfs discovery. Nothing of it lands in the repository.
+It is built in the peer cache, in a main module whose go.mod is the published release's
+(``tests.bench.gopeer.release_module``), so it links exactly that release's allocator and
+sysfs discovery. Neither imports the nested module ``pkg/topology``, which the release's
+go.mod still names: Go needs only its module declaration, so it is pointed at a directory
+holding just that (``go.mod`` alone), and the build does not depend on the module proxy
+serving ``pkg/topology``'s pseudo-version (it refused it on 2026-12-04). Were a release's
+allocator or sysfs to import it, the build would fail there (no Go files), not link
+something else. Nothing of it lands in the repository.
 """
 
 from __future__ import annotations
@@ -11,12 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.bench.gopeer import ensure_go_topology_aware
+from tests.bench.gopeer import TOPOLOGY_MODULE, release_module
 from tests.conformance.build import _run_go, cache_dir, go_tool
 
 BINARY = "nri-resmgr-goalloc"
@@ -25,22 +29,19 @@ SOURCE = Path(__file__).parent / "goalloc" / "main.go"
 
 def ensure_goalloc() -> Path:
     """The goalloc binary, rebuilt when its source or the generated go.mod changed."""
-    ensure_go_topology_aware()  # writes the release's go.mod/go.sum we build against
     go = go_tool()
-    peer = cache_dir() / "build" / "nri-plugins-topology-aware"
     workdir = cache_dir() / "build" / "goalloc"
     (workdir / "cmd/goalloc").mkdir(parents=True, exist_ok=True)
-    gomod = re.sub(
-        r"(?m)^module .*$", "module nri-resmgr.local/goalloc", (peer / "go.mod").read_text()
-    )
+    declaration = workdir / "topology-declaration"
+    declaration.mkdir(exist_ok=True)
+    (declaration / "go.mod").write_text(f"module {TOPOLOGY_MODULE}\n")
+    gomod = release_module(go, workdir, "goalloc", str(declaration))
     source = SOURCE.read_text()
     out = cache_dir() / "bin" / BINARY
     stamp = out.with_name(out.name + ".sha256")
     digest = hashlib.sha256((_run_go(go, workdir, "version") + gomod + source).encode())
     if out.exists() and stamp.exists() and stamp.read_text().strip() == digest.hexdigest():
         return out
-    (workdir / "go.mod").write_text(gomod)
-    (workdir / "go.sum").write_bytes((peer / "go.sum").read_bytes())
     (workdir / "cmd/goalloc/main.go").write_text(source)
     out.parent.mkdir(parents=True, exist_ok=True)
     _run_go(go, workdir, "build", "-trimpath", "-o", str(out), "./cmd/goalloc")
