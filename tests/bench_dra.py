@@ -55,8 +55,7 @@ async def bench_prepare_with_floors(n: int = 2000) -> dict[str, Any]:
     turns, ``BATCH`` calls at a time: idle - floor_grpclib_asyncio is what is ours, the floor
     is the fixed stack's. Rows keyed ``idle`` and by the names in ``FLOORS``."""
     rows = await _run_against_daemon(n, nri_load=False, floors=FLOORS)
-    rows["idle"] = rows.pop("daemon")
-    return rows
+    return {"idle": rows.pop("daemon"), **rows}
 
 
 async def _run_against_daemon(
