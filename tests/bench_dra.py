@@ -13,9 +13,12 @@ import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,48 +35,131 @@ from nri_resmgr.resmgr.policy import PolicyEnv
 from tests.dra.kubelet_client import generate_grpcio_stubs
 
 WARM_UP = 100
+# Calls a server gets before the client turns to the next one (``bench_prepare_with_floors``).
+BATCH = 50
 REPO = Path(__file__).resolve().parents[1]
+FLOORS = ("floor_grpclib_asyncio", "floor_grpcio")
 
 
 async def bench_prepare(n: int = 2000, *, nri_load: bool = True) -> dict[str, Any]:
     """Median and p99 (µs) of ``n`` NodePrepareResources calls (v1), one claim each, from a
     grpcio client in its own process (``tests.bench_dra_client``), and the daemon's CPU time
     per call (idle: all of it is the calls'; under load it includes the NRI churn)."""
+    rows = await _run_against_daemon(n, nri_load=nri_load, floors=())
+    return rows["daemon"]
+
+
+async def bench_prepare_with_floors(n: int = 2000) -> dict[str, Any]:
+    """The idle daemon and the floors (``tests.bench_dra_floor``: trivial grpclib-on-asyncio
+    and grpcio servers, each in a process of its own), timed by one client that takes them in
+    turns, ``BATCH`` calls at a time: idle - floor_grpclib_asyncio is what is ours, the floor
+    is the fixed stack's. Rows keyed ``idle`` and by the names in ``FLOORS``."""
+    rows = await _run_against_daemon(n, nri_load=False, floors=FLOORS)
+    return {"idle": rows.pop("daemon"), **rows}
+
+
+async def _run_against_daemon(
+    n: int, *, nri_load: bool, floors: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="bench-dra-") as tmp:
         stubs = Path(tmp) / "stubs"
         generate_grpcio_stubs(stubs)
-        async with trio_asyncio.open_loop():
-            manager = ResourceManager(
-                TemplatePolicy(), TemplateSpec(dra=DraConfig(enabled=True)), PolicyEnv("", "n1")
-            )
-            plugin = KubeletPlugin(
-                manager, "template.nri.io", Path(tmp) / "p", Path(tmp) / "r", node_name="n1"
-            )
-            async with trio.open_nursery() as nursery:
-                await plugin.start(nursery)
-                load_ops = [0]
-                if nri_load:
-                    nursery.start_soon(_nri_load, manager, load_ops)
-                cpu = resource.getrusage(resource.RUSAGE_SELF)
-                client = await trio.run_process(
-                    [sys.executable, "-m", "tests.bench_dra_client", str(stubs),
-                     str(plugin.dra_socket), str(n), str(WARM_UP)],
-                    capture_stdout=True, cwd=REPO,
-                )  # fmt: skip
-                cpu_s = _cpu_seconds(resource.getrusage(resource.RUSAGE_SELF), cpu)
-                await plugin.stop()
-                nursery.cancel_scope.cancel()
-    out = json.loads(client.stdout)
-    return _summary(
-        "dra_node_prepare_resources",
-        out["samples_ns"],
-        concurrent_nri_load=nri_load,
-        nri_ops_during_run=load_ops[0],
-        server_cpu_us_per_call=round(cpu_s * 1e6 / (n + WARM_UP), 1),
-        client_cpu_us_per_call=round(out["cpu_s"] * 1e6 / (n + WARM_UP), 1),
-        # Wall-clock figures on a shared machine mean little without it.
-        load_average_1m=round(os.getloadavg()[0], 2),
-    )
+        async with AsyncExitStack() as stack:
+            servers = [
+                await stack.enter_async_context(_floor(kind[len("floor_") :], stubs, Path(tmp)))
+                for kind in floors
+            ]
+            async with trio_asyncio.open_loop():
+                manager = ResourceManager(
+                    TemplatePolicy(),
+                    TemplateSpec(dra=DraConfig(enabled=True)),
+                    PolicyEnv("", "n1"),
+                )
+                plugin = KubeletPlugin(
+                    manager, "template.nri.io", Path(tmp) / "p", Path(tmp) / "r", node_name="n1"
+                )
+                async with trio.open_nursery() as nursery:
+                    await plugin.start(nursery)
+                    load_ops = [0]
+                    if nri_load:
+                        nursery.start_soon(_nri_load, manager, load_ops)
+                    before = [await s.cpu_seconds() for s in servers]
+                    cpu = resource.getrusage(resource.RUSAGE_SELF)
+                    sockets = [plugin.dra_socket, *(s.socket for s in servers)]
+                    client = await trio.run_process(
+                        [sys.executable, "-m", "tests.bench_dra_client", str(stubs), str(n),
+                         str(WARM_UP), str(BATCH), *map(str, sockets)],
+                        capture_stdout=True, cwd=REPO,
+                    )  # fmt: skip
+                    server_cpu = [_cpu_seconds(resource.getrusage(resource.RUSAGE_SELF), cpu)]
+                    server_cpu += [
+                        await s.cpu_seconds() - b for s, b in zip(servers, before, strict=True)
+                    ]
+                    await plugin.stop()
+                    nursery.cancel_scope.cancel()
+    targets = json.loads(client.stdout)["targets"]
+    rows = {}
+    for name, target, cpu_s in zip(("daemon", *floors), targets, server_cpu, strict=True):
+        extra = {"concurrent_nri_load": nri_load, "nri_ops_during_run": load_ops[0]}
+        rows[name] = _summary(
+            "dra_node_prepare_resources" if name == "daemon" else f"dra_{name}",
+            target["samples_ns"],
+            **(extra if name == "daemon" else {}),
+            server_cpu_us_per_call=round(cpu_s * 1e6 / (n + WARM_UP), 1),
+            client_cpu_us_per_call=round(target["cpu_s"] * 1e6 / n, 1),
+            # Wall-clock figures on a shared machine mean little without it.
+            load_average_1m=round(os.getloadavg()[0], 2),
+        )
+    return rows
+
+
+class _FloorServer:
+    """A ``tests.bench_dra_floor`` process: its socket, and its CPU time on request."""
+
+    def __init__(self, process: trio.Process, socket: Path) -> None:
+        self.process = process
+        self.socket = socket
+        self._lines = _lines(process)
+
+    async def ready(self) -> None:
+        if await anext(self._lines) != "ready":
+            raise RuntimeError(f"floor server on {self.socket} did not start")
+
+    async def cpu_seconds(self) -> float:
+        assert self.process.stdin is not None
+        await self.process.stdin.send_all(b"\n")
+        return float(await anext(self._lines))
+
+
+async def _lines(process: trio.Process) -> AsyncIterator[str]:
+    assert process.stdout is not None
+    buffered = b""
+    async for chunk in process.stdout:
+        buffered += chunk
+        while b"\n" in buffered:
+            line, buffered = buffered.split(b"\n", 1)
+            yield line.decode()
+
+
+@asynccontextmanager
+async def _floor(kind: str, stubs: Path, tmp: Path) -> AsyncIterator[_FloorServer]:
+    socket = tmp / f"{kind}.sock"
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "tests.bench_dra_floor", kind, str(stubs), str(socket)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO,
+    )  # fmt: skip
+    server = _FloorServer(process, socket)
+    try:
+        with trio.fail_after(30):
+            await server.ready()
+        yield server
+    finally:
+        assert process.stdin is not None
+        await process.stdin.aclose()  # the floor exits when its stdin closes
+        with trio.move_on_after(5):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
 
 
 def _cpu_seconds(after: resource.struct_rusage, before: resource.struct_rusage) -> float:
@@ -198,8 +284,8 @@ async def bench_slice_repair(rounds: int = 20) -> dict[str, Any]:
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
-    for load in (False, True):
-        print(trio.run(partial(bench_prepare, n, nri_load=load)))
+    print(trio.run(bench_prepare_with_floors, n))
+    print(trio.run(partial(bench_prepare, n, nri_load=True)))
     for on_tmpfs in (False, True):
         print(trio.run(partial(bench_claim_prepare, min(n, 1000), state_on_tmpfs=on_tmpfs)))
     print(trio.run(bench_slice_repair))

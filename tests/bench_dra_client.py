@@ -3,10 +3,12 @@ is. In the daemon's process it would hold the GIL the daemon needs (Python's 5 m
 interval then shows up in the server's figures) and its CPU time would count as the
 server's.
 
-``python -m tests.bench_dra_client STUBS_DIR SOCKET N WARM_UP [v1|v1beta1]`` times N calls of
-NodePrepareResources (one claim each, after WARM_UP untimed ones), each with
-``perf_counter_ns`` around the blocking call, and prints one JSON line:
-``{"samples_ns": [...], "cpu_s": <client CPU seconds>}``.
+``python -m tests.bench_dra_client STUBS_DIR N WARM_UP BATCH SOCKET [SOCKET ...]`` times N calls
+of NodePrepareResources (v1, one claim each) per socket, each with ``perf_counter_ns`` around
+the blocking call. Each socket first gets WARM_UP untimed calls; then the sockets take turns,
+BATCH calls at a time, so that load from elsewhere on the machine hits every server alike.
+It prints one JSON line: ``{"targets": [{"samples_ns": [...], "cpu_s": <client CPU seconds
+of that socket's timed calls>}, ...]}``, in the order of the sockets.
 """
 
 from __future__ import annotations
@@ -15,31 +17,56 @@ import importlib
 import json
 import sys
 import time
+from types import ModuleType
+from typing import Any
+
+
+class Target:
+    """One server: its channel, and what its calls measured."""
+
+    def __init__(self, grpc: ModuleType, pb2_grpc: ModuleType, socket: str) -> None:
+        self.channel = grpc.insecure_channel(f"unix:{socket}")
+        self.stub = pb2_grpc.DRAPluginStub(self.channel)
+        self.samples_ns: list[int] = []
+        self.cpu_s = 0.0
+        self.calls = 0
+
+
+def call(pb2: ModuleType, target: Target, *, timed: bool) -> None:
+    i = target.calls
+    target.calls += 1
+    claim = pb2.Claim(namespace="default", name=f"c{i}", uid=f"uid-{i}")
+    request = pb2.NodePrepareResourcesRequest(claims=[claim])
+    start = time.perf_counter_ns()
+    reply = target.stub.NodePrepareResources(request, timeout=10)
+    elapsed = time.perf_counter_ns() - start
+    if f"uid-{i}" not in reply.claims:
+        raise SystemExit(f"call {i}: no answer for claim uid-{i}: {reply}")
+    if timed:
+        target.samples_ns.append(elapsed)
 
 
 def main(argv: list[str]) -> None:
-    stubs, socket, n, warm_up = argv[0], argv[1], int(argv[2]), int(argv[3])
-    version = argv[4] if len(argv) > 4 else "v1"
+    stubs, n, warm_up, batch = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
     sys.path.insert(0, stubs)
     import grpc  # only here: the stubs directory must be on the path first
 
-    pb2 = importlib.import_module(f"kubelet.dra.{version}.api_pb2")
-    pb2_grpc = importlib.import_module(f"kubelet.dra.{version}.api_pb2_grpc")
-    samples: list[int] = []
-    cpu = time.process_time()
-    with grpc.insecure_channel(f"unix:{socket}") as channel:
-        stub = pb2_grpc.DRAPluginStub(channel)
-        for i in range(warm_up + n):
-            claim = pb2.Claim(namespace="default", name=f"c{i}", uid=f"uid-{i}")
-            request = pb2.NodePrepareResourcesRequest(claims=[claim])
-            start = time.perf_counter_ns()
-            reply = stub.NodePrepareResources(request, timeout=10)
-            elapsed = time.perf_counter_ns() - start
-            if f"uid-{i}" not in reply.claims:
-                raise SystemExit(f"call {i}: no answer for claim uid-{i}: {reply}")
-            if i >= warm_up:
-                samples.append(elapsed)
-    print(json.dumps({"samples_ns": samples, "cpu_s": time.process_time() - cpu}))
+    pb2 = importlib.import_module("kubelet.dra.v1.api_pb2")
+    pb2_grpc = importlib.import_module("kubelet.dra.v1.api_pb2_grpc")
+    targets = [Target(grpc, pb2_grpc, socket) for socket in argv[4:]]
+    for target in targets:
+        for _ in range(warm_up):
+            call(pb2, target, timed=False)
+    while any(len(t.samples_ns) < n for t in targets):
+        for target in targets:
+            cpu = time.process_time()
+            for _ in range(min(batch, n - len(target.samples_ns))):
+                call(pb2, target, timed=True)
+            target.cpu_s += time.process_time() - cpu
+    out: list[dict[str, Any]] = [{"samples_ns": t.samples_ns, "cpu_s": t.cpu_s} for t in targets]
+    for target in targets:
+        target.channel.close()
+    print(json.dumps({"targets": out}))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ Why each piece is here:
   we unlink before start and after stop, and only a file that is still ours (same inode).
 * grpclib writes every HTTP/2 frame it produces at once: a unary answer is three writes
   (headers, data, trailers), three syscalls and up to three wake-ups of kubelet's reader.
-  ``_CoalescingTransport`` gathers what one loop step writes and sends it as one.
+  ``grpc_writes`` sends what one step of a connection writes as one, when the step ends.
 * A server whose socket file vanished is unreachable for kubelet, and one whose listener died
   serves nobody; the watchdog notices both (it polls, see ``SOCKET_POLL_INTERVAL``) and raises
   ``ServerGaveUp``, a ``Fatal`` error.
@@ -26,7 +26,7 @@ Why each piece is here:
 grpclib private API used (pinned to grpclib 0.4.x in pyproject.toml): ``Server._server`` (the
 asyncio listener, closed on its own to stop accepting while requests drain) and
 ``Server._protocol_factory`` (wrapped to remember connections, so stop can close idle ones that
-grpclib's ``close()`` leaves open, and to give them the coalescing transport).
+grpclib's ``close()`` leaves open, and to batch their writes, see ``grpc_writes``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import stat
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import trio
 import trio_asyncio
@@ -48,6 +48,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.protocol import H2Protocol
 from grpclib.server import Server
 
+from nri_resmgr.dra.grpc_writes import batch_writes
 from nri_resmgr.errors import Fatal
 
 log = logging.getLogger(__name__)
@@ -164,66 +165,16 @@ async def _resolve(
             future.cancel()
 
 
-class _CoalescingTransport:
-    """What grpclib writes within one asyncio loop step, sent in one ``write``.
-
-    The first write of a step schedules the flush (``call_soon``), so it runs right after
-    the step that produced the frames: the bytes go out in the same order, a moment later
-    (one loop step), in one syscall instead of one per frame. ``close`` sends
-    what is pending first (grpclib's GOAWAY comes just before it); ``abort`` drops it, as
-    the transport's own ``abort`` drops its buffer. Everything else is the transport's."""
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        self._pending: list[bytes] = []
-        self._loop = asyncio.get_running_loop()
-
-    def write(self, data: bytes) -> None:
-        if not data:
-            return
-        if not self._pending:
-            self._loop.call_soon(self.flush)
-        self._pending.append(data)
-
-    def flush(self) -> None:
-        if not self._pending:
-            return
-        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
-        self._pending.clear()
-        if not self._transport.is_closing():
-            self._transport.write(data)
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def abort(self) -> None:
-        self._pending.clear()
-        self._transport.abort()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
-class _CoalescingProtocol(H2Protocol):
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        super().connection_made(cast(asyncio.Transport, _CoalescingTransport(transport)))
-
-
 class _TrackingServer(Server):
     """A grpclib Server that remembers its connections so stop can close them, and whose
-    connections write through ``_CoalescingTransport``."""
+    connections send what one step writes in one write (``grpc_writes``)."""
 
     def __init__(self, handlers: Sequence[Any]) -> None:
         super().__init__(handlers)
         self.protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
 
     def _protocol_factory(self) -> H2Protocol:
-        protocol: H2Protocol = super()._protocol_factory()
-        # grpclib builds the protocol around its per-connection handler; switching the class
-        # adds the coalescing without copying that code (same fields, one method more).
-        protocol.__class__ = _CoalescingProtocol
+        protocol = batch_writes(super()._protocol_factory())
         self.protocols.add(protocol)
         return protocol
 

@@ -187,13 +187,18 @@ def _extra_rows(r: dict[str, Any]) -> Iterator[str]:
     dra = r.get("dra") or {}
     if dra:
         yield ""
-        yield "| DRA NodePrepareResources (grpcio client, one claim) | median (µs) | p99 (µs) |"
-        yield "|---|---:|---:|"
+        yield (
+            "| DRA NodePrepareResources (grpcio client, one claim) | median (µs) | p99 (µs) "
+            "| server CPU/call (µs) | client CPU/call (µs) |"
+        )
+        yield "|---|---:|---:|---:|---:|"
         for key, d in dra.items():
             if "unavailable" in d:
-                yield f"| {key} | unavailable: {d['unavailable']} | |"
+                yield f"| {key} | unavailable: {d['unavailable']} | | | |"
             else:
-                yield f"| {key} | {_fmt(d['median_us'])} | {_fmt(d['p99_us'])} |"
+                cells = [d["median_us"], d["p99_us"]]
+                cells += [d.get("server_cpu_us_per_call"), d.get("client_cpu_us_per_call")]
+                yield f"| {key} | " + " | ".join(_fmt(c) for c in cells) + " |"
     if r.get("dra_chain"):
         from tests.bench_dra_chain import rows
 

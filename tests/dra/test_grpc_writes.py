@@ -1,16 +1,15 @@
-"""One write per answer: what grpclib writes within one loop step reaches the socket as one
-``write`` (``grpc_bridge._CoalescingTransport``), checked with grpcio as kubelet and on a
-recording transport for the rules (order, close, abort)."""
+"""One write per answer: what grpclib writes to a connection within one step reaches the socket
+as one ``write`` when the step ends (``dra.grpc_writes``), checked with grpcio as kubelet and
+on a recording transport for the rules (order, nesting, close, abort, handler tasks)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-import trio
 import trio_asyncio
 
-from nri_resmgr.dra import grpc_bridge
+from nri_resmgr.dra import grpc_writes
 from tests.dra.conftest import RunningPlugin
 from tests.dra.kubelet_client import Kubelet
 
@@ -54,7 +53,7 @@ async def test_every_answer_to_grpcio_is_one_socket_write(
     channel = kubelet.channel(running_plugin.dra_socket)
     await kubelet.prepare("v1", channel, "warm-up")  # connection set up, settings exchanged
     [transport] = server_transports(running_plugin)
-    assert isinstance(transport, grpc_bridge._CoalescingTransport)
+    assert isinstance(transport, grpc_writes._BatchingTransport)
     writes: list[int] = []
     real = transport._transport
     original = real.write
@@ -70,79 +69,131 @@ async def test_every_answer_to_grpcio_is_one_socket_write(
     assert CALLS <= len(writes) <= CALLS + 2, writes
 
 
+def batching(recorder: Recorder) -> grpc_writes._BatchingTransport:
+    return grpc_writes._BatchingTransport(recorder)  # type: ignore[arg-type]
+
+
+def test_frames_of_one_step_go_out_together_and_in_order_when_it_ends() -> None:
+    recorder = Recorder()
+    transport = batching(recorder)
+    transport.hold()
+    transport.write(b"headers|")
+    transport.write(b"")
+    transport.write(b"data|")
+    transport.write(b"trailers")
+    assert recorder.writes == []  # nothing until the step is over
+    transport.release()
+    assert recorder.writes == [b"headers|data|trailers"]
+    assert transport.get_extra_info("peername") == "kubelet"
+
+
+def test_a_write_outside_a_step_goes_out_at_once() -> None:
+    recorder = Recorder()
+    transport = batching(recorder)
+    transport.write(b"ping")
+    assert recorder.writes == [b"ping"]
+    transport.hold()
+    transport.release()  # an empty step sends nothing
+    assert recorder.writes == [b"ping"]
+
+
+def test_nested_holds_send_when_the_outermost_ends() -> None:
+    recorder = Recorder()
+    transport = batching(recorder)
+    transport.hold()
+    transport.write(b"a")
+    transport.hold()
+    transport.write(b"b")
+    transport.release()
+    assert recorder.writes == []
+    transport.release()
+    assert recorder.writes == [b"ab"]
+
+
+def test_close_sends_what_is_pending_and_abort_drops_it() -> None:
+    closing, aborting = Recorder(), Recorder()
+    transport = batching(closing)
+    transport.hold()
+    transport.write(b"goaway")
+    transport.close()
+    assert closing.writes == [b"goaway"] and closing.closed
+    transport.release()  # the step that closed it ends: nothing more to send
+    other = batching(aborting)
+    other.hold()
+    other.write(b"lost")
+    other.abort()
+    other.release()
+    assert aborting.writes == [] and aborting.aborted
+
+
+def test_nothing_is_written_once_the_transport_is_closing() -> None:
+    recorder = Recorder()
+    transport = batching(recorder)
+    transport.hold()
+    transport.write(b"late")
+    recorder.closed = True  # the peer went away before the step ended
+    transport.release()
+    assert recorder.writes == []
+
+
 async def in_asyncio(fn: Any) -> Any:
     return await trio_asyncio.aio_as_trio(fn)()
 
 
-async def test_frames_of_one_step_go_out_together_and_in_order() -> None:
-    async with trio_asyncio.open_loop():
-        recorder = Recorder()
-
-        async def step() -> None:
-            transport = grpc_bridge._CoalescingTransport(recorder)  # type: ignore[arg-type]
-            transport.write(b"headers|")
-            transport.write(b"")
-            transport.write(b"data|")
-            transport.write(b"trailers")
-            assert recorder.writes == []  # nothing until the step is over
-            await asyncio.sleep(0)
-            assert recorder.writes == [b"headers|data|trailers"]
-            transport.write(b"next")
-            await asyncio.sleep(0)
-            assert transport.get_extra_info("peername") == "kubelet"
-
-        await in_asyncio(step)
-        assert recorder.writes == [b"headers|data|trailers", b"next"]
-
-
-async def test_close_sends_what_is_pending_and_abort_drops_it() -> None:
-    async with trio_asyncio.open_loop():
-        closing, aborting = Recorder(), Recorder()
-
-        async def step() -> None:
-            transport = grpc_bridge._CoalescingTransport(closing)  # type: ignore[arg-type]
-            transport.write(b"goaway")
-            transport.close()
-            assert closing.writes == [b"goaway"] and closing.closed
-            other = grpc_bridge._CoalescingTransport(aborting)  # type: ignore[arg-type]
-            other.write(b"lost")
-            other.abort()
-            await asyncio.sleep(0)  # the scheduled flush finds nothing to send
-
-        await in_asyncio(step)
-        assert aborting.writes == [] and aborting.aborted
-
-
-async def test_nothing_is_written_once_the_transport_is_closing() -> None:
-    async with trio_asyncio.open_loop():
-        recorder = Recorder()
-
-        async def step() -> None:
-            transport = grpc_bridge._CoalescingTransport(recorder)  # type: ignore[arg-type]
-            transport.write(b"late")
-            recorder.closed = True  # the peer went away before the flush
-            await asyncio.sleep(0)
-
-        await in_asyncio(step)
-        assert recorder.writes == []
-
-
-async def test_the_idle_server_schedules_nothing() -> None:
+async def test_each_step_of_a_handler_task_is_one_write_and_schedules_nothing_more() -> None:
     async with trio_asyncio.open_loop():
         recorder = Recorder()
         scheduled: list[object] = []
 
-        async def step() -> None:
+        async def handler(transport: grpc_writes._BatchingTransport) -> str:
+            transport.write(b"headers|")
+            transport.write(b"data")
+            await asyncio.sleep(0)  # a step ends here
+            assert recorder.writes == [b"headers|data"]
+            transport.write(b"trailers")
+            return "done"
+
+        async def run() -> str:
             loop = asyncio.get_running_loop()
             original = loop.call_soon
             loop.call_soon = lambda *a, **k: (scheduled.append(a[0]), original(*a, **k))[1]  # type: ignore[method-assign]
             try:
-                transport = grpc_bridge._CoalescingTransport(recorder)  # type: ignore[arg-type]
-                transport.write(b"")
-                transport.flush()
+                transport = batching(recorder)
+                task = loop.create_task(grpc_writes._BatchEachStep(handler(transport), transport))
+                assert __file__ in repr(task)  # the repr shows where the handler is
+                return await task
             finally:
                 loop.call_soon = original  # type: ignore[method-assign]
 
-        await in_asyncio(step)
-        assert scheduled == [] and recorder.writes == []
-        await trio.lowlevel.checkpoint()
+        assert await in_asyncio(run) == "done"
+        assert recorder.writes == [b"headers|data", b"trailers"]
+        # Only the task's own steps and its waiter's wake-up: no flush callback.
+        assert all("flush" not in repr(callback) for callback in scheduled), scheduled
+
+
+async def test_a_cancelled_handler_task_sends_what_its_last_step_wrote() -> None:
+    async with trio_asyncio.open_loop():
+        recorder = Recorder()
+
+        async def handler(transport: grpc_writes._BatchingTransport) -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                transport.write(b"rst_stream")
+                raise
+
+        async def run() -> bool:
+            transport = batching(recorder)
+            task = asyncio.get_running_loop().create_task(
+                grpc_writes._BatchEachStep(handler(transport), transport)
+            )
+            await asyncio.sleep(0)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                return task.cancelled()
+            return False
+
+        assert await in_asyncio(run)
+        assert recorder.writes == [b"rst_stream"]
