@@ -44,7 +44,7 @@ def _place_plain(engine: Engine, live: Live) -> bool:
         return False
     if engine.affinity_weights(container.id, pod, container) is not None:
         return False
-    memory = memory_want(pod, container, engine.memory.available, engine.memory.total)
+    memory = memory_want(pod, container, engine.memory.available, engine.memory.total, live.req)
     candidate = engine.choose(want, None, None, memory, None)
     if candidate is None:
         return False  # over-committed: the one-by-one path warns and picks the roomiest

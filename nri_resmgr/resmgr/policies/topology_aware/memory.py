@@ -14,7 +14,7 @@ from nri_resmgr.resmgr.annotations import lookup
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.resmgr.oomscore import memory_request
-from nri_resmgr.resmgr.requests import QoS, container_request
+from nri_resmgr.resmgr.requests import QoS, Request, container_request
 from nri_resmgr.sysfs import MemoryType, System
 
 if TYPE_CHECKING:
@@ -65,12 +65,18 @@ class MemoryWant:
 
 
 def memory_want(
-    pod: Pod, container: Container, available: MemoryType, capacity: int = 0
+    pod: Pod,
+    container: Container,
+    available: MemoryType,
+    capacity: int = 0,
+    req: Request | None = None,
 ) -> MemoryWant:
     """The container's memory request: as nri-plugins' estimateResourceRequirements (the
     limit when Guaranteed, else the request kubelet's oom_score_adj encodes against the node's
-    ``capacity`` bytes), the annotated types (or the default) limited to those it has."""
-    req = container_request(pod, container)
+    ``capacity`` bytes), the annotated types (or the default) limited to those it has.
+    ``req``: the container's ``container_request``, when the caller has it already."""
+    if req is None:
+        req = container_request(pod, container)
     limit = req.memory_limit or 0
     if req.qos is QoS.GUARANTEED:
         request = limit

@@ -170,9 +170,10 @@ class TopologyAwarePolicy(HardwarePolicy):
     def _live(
         self, engine: Engine, pod: Pod, c: Container, cpus: CpuSet | None, mems: CpuSet | None
     ) -> Live:
-        want = wanted(pod, c, container_request(pod, c), engine.spec, bool(engine.reserved))
+        req = container_request(pod, c)
+        want = wanted(pod, c, req, engine.spec, bool(engine.reserved))
         keep_mems = lookup_bool(pod, c, "memory.preserve") is True
-        return Live(pod, c, want, keep_mems, cpus, mems)
+        return Live(pod, c, want, keep_mems, cpus, mems, req)
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from nri_resmgr.resmgr.model import Container, Pod, Update
 from nri_resmgr.resmgr.policies.topology_aware.batch import place_all
 from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
+from nri_resmgr.resmgr.requests import Request
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,8 @@ class Live:
     keep_mems: bool
     cpus: CpuSet | None
     mems: CpuSet | None
+    req: Request
+    """The request ``want`` was derived from, kept for the memory want (``memory_want``)."""
 
     @property
     def name(self) -> str:
