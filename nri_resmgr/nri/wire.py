@@ -415,29 +415,40 @@ def _resources_bytes(res: Resources | Adjustment) -> bytes:
     return bytes(out)
 
 
-def _update_bytes(update: Update) -> bytes:
+def _update_bytes(update: Update, linux_field: bytes) -> bytes:
+    """A ContainerUpdate whose field 2 (``_linux_field``) is already encoded."""
     out = bytearray()
     _put_text(out, 1, update.container_id)
-    _put_len(out, 2, _linux_update(update.adjustment))
+    out += linux_field
     if update.ignore_failure:
         out += b"\x18\x01"
     return bytes(out)
 
 
 @functools.lru_cache(maxsize=512)
-def _linux_update(adjustment: Adjustment) -> bytes:
-    """A LinuxContainerUpdate; cached, because a policy moves many containers to the same
-    cpusets at once (a Synchronize of 1,000 shared containers sends one adjustment)."""
+def _linux_field(adjustment: Adjustment) -> bytes:
+    """A ContainerUpdate's field 2, its LinuxContainerUpdate; cached, because a policy moves
+    many containers to the same cpusets at once (a Synchronize of 1,000 shared containers
+    sends one adjustment)."""
     linux = bytearray()
     _put_len(linux, 1, _resources_bytes(adjustment))
-    return bytes(linux)
+    out = bytearray()
+    _put_len(out, 2, linux)
+    return bytes(out)
 
 
 def updates_field(number: int, updates: Sequence[Update]) -> bytearray:
     """A repeated ContainerUpdate field."""
     out = bytearray()
+    last: Adjustment | None = None
+    linux = b""
     for update in updates:
-        _put_len(out, number, _update_bytes(update))
+        if update.adjustment is not last:
+            # Consecutive updates mostly share one Adjustment object (a pool's containers
+            # move together): hashed for the cache once per run, not once per update.
+            last = update.adjustment
+            linux = _linux_field(last)
+        _put_len(out, number, _update_bytes(update, linux))
     return out
 
 

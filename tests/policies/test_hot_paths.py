@@ -1,6 +1,7 @@
 """The create path's hand-written shortcuts give what the general code gives: the
-Allocation copy ``with_cpusets`` equals ``attrs.evolve`` in every field, and the
-cache's incremental loads equal a recount."""
+Allocation copy ``with_cpusets`` equals ``attrs.evolve`` in every field, the cache's
+incremental loads equal a recount, and ``follow`` (shared Adjustments, identity checks)
+equals the update built field by field."""
 
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ import random
 
 import attrs
 
-from nri_resmgr.resmgr.cache import Allocation, AllocationCache, Kind, PoolLoad, _load_of, _plus
+from nri_resmgr.resmgr.cache import (
+    Allocation,
+    AllocationCache,
+    Kind,
+    PoolLoad,
+    _load_of,
+    _plus,
+    follow,
+)
 from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
 
 
 def _distinct() -> Allocation:
@@ -69,3 +78,40 @@ def test_incremental_loads_match_a_recount_over_random_puts_and_pops() -> None:
             )
         nonzero = {p: load for p, load in cache.loads().items() if load != PoolLoad()}
         assert nonzero == _recounted(cache), step
+
+
+def _followed_long_way(
+    a: Allocation, cpus: CpuSet | None, mems: CpuSet | None
+) -> tuple[Allocation, Update] | None:
+    """``follow`` as it was first written: every value built afresh, compared by value."""
+    send_cpus = cpus is not None and cpus != a.cpus
+    send_mems = mems is not None and mems != a.mems
+    if send_cpus and not cpus:
+        send_cpus = False
+    if not (send_cpus or send_mems):
+        return None
+    adjustment = Adjustment(
+        cpuset_cpus=str(cpus) if send_cpus else None,
+        cpuset_mems=str(mems) if send_mems else None,
+    )
+    applied = attrs.evolve(
+        a, cpus=cpus if send_cpus else a.cpus, mems=mems if send_mems else a.mems
+    )
+    return applied, Update(a.container_id, adjustment)
+
+
+def test_follow_equals_the_update_built_field_by_field() -> None:
+    rng = random.Random(18)
+    # Equal sets as distinct objects and as the same object: both must behave alike.
+    sets = [None, CpuSet(), CpuSet([0]), CpuSet([0]), CpuSet([0, 1]), CpuSet.parse("0-3,8")]
+    for step in range(2000):
+        held_cpus, held_mems, cpus, mems = (rng.choice(sets) for _ in range(4))
+        a = attrs.evolve(_distinct(), cpus=held_cpus, mems=held_mems)
+        got = follow(a, cpus, mems)
+        want = _followed_long_way(a, cpus, mems)
+        if want is None:
+            assert got is None, step
+            continue
+        assert got is not None, step
+        assert _fields(got.applied) == _fields(want[0]), step
+        assert got.update == want[1], step
