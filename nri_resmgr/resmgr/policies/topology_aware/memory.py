@@ -30,7 +30,6 @@ DEFAULT_TYPES = MemoryType.DRAM | MemoryType.PMEM
 
 # libmem's request priorities: lower ones are moved first when a zone is overcommitted.
 BESTEFFORT, BURSTABLE, GUARANTEED, PRESERVED = range(4)
-_PRIORITY = {QoS.BESTEFFORT: BESTEFFORT, QoS.BURSTABLE: BURSTABLE, QoS.GUARANTEED: GUARANTEED}
 
 
 def attached_memory(system: System, cpu_nodes: Iterable[int]) -> CpuSet:
@@ -79,12 +78,11 @@ def memory_want(
         req = container_request(pod, container)
     limit = req.memory_limit or 0
     if req.qos is QoS.GUARANTEED:
-        request = limit
+        request, priority = limit, GUARANTEED
     elif req.qos is QoS.BURSTABLE:
-        request = memory_request(container.oom_score_adj, limit, capacity)
+        request, priority = memory_request(container.oom_score_adj, limit, capacity), BURSTABLE
     else:
-        request = 0
-    priority = _PRIORITY[req.qos]
+        request, priority = 0, BESTEFFORT
     if lookup_memory_preserve(pod, container):
         return MemoryWant(request, limit, available, PRESERVED, True, container.id)
     types = DEFAULT_TYPES

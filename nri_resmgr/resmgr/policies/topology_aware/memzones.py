@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 
 import attrs
 
-from nri_resmgr.resmgr.cache import Allocation
+from nri_resmgr.resmgr.cache import BY_CONTAINER_ID, Allocation
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.policies.topology_aware.memory import (
     BURSTABLE,
@@ -250,12 +250,10 @@ class MemoryAllocator:
         or its pool's zone of its types, in container-id order; a container that does not fit
         is left unaccounted. Nothing changes when every allocation is already accounted (a
         failed update)."""
-        placed = sorted(
-            (a for a in allocations if a.pod is not None and a.container is not None),
-            key=lambda a: a.container_id,
-        )
-        if {a.container_id for a in placed} == set(self._requests):
+        placed = [a for a in allocations if a.pod is not None and a.container is not None]
+        if {a.container_id for a in placed} == self._requests.keys():
             return
+        placed.sort(key=BY_CONTAINER_ID)
         self.clear()
         for a in placed:
             if a.pod is None or a.container is None:
