@@ -204,7 +204,7 @@ class AllocationCache:
         """Store ``a`` as its pool's member; the loads are the caller's to count."""
         self._by_id[a.container_id] = a
         self._members.setdefault(a.pool, {})[a.container_id] = None
-        if a.exclusive:
+        if a.exclusive is not NO_CPUS and a.exclusive:
             self._exclusive = None
 
     def pop(self, container_id: str) -> Allocation | None:

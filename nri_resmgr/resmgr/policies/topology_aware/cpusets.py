@@ -87,9 +87,8 @@ class Cpusets(Supply):
             if a.container_id == skip:
                 continue
             cpus, mems = self.desired(a, taken, shared)
-            # A tuple compares by identity first: the common case costs no __eq__ call.
-            if (cpus, mems) == (a.cpus, a.mems):
-                continue
+            if cpus is a.cpus and mems is a.mems:
+                continue  # the common case, settled: no call at all (follow compares values)
             followed = follow(a, cpus, mems)
             if followed is not None:
                 self.cache.put(followed.applied)

@@ -83,17 +83,12 @@ def memory_want(
         request, priority = memory_request(container.oom_score_adj, limit, capacity), BURSTABLE
     else:
         request, priority = 0, BESTEFFORT
-    if lookup_memory_preserve(pod, container):
+    # Both annotations are the pod's: most pods have none, and then nothing to look up.
+    if pod.annotations and lookup_memory_preserve(pod, container):
         return MemoryWant(request, limit, available, PRESERVED, True, container.id)
-    types = DEFAULT_TYPES
-    value = lookup(pod, container, ANNOTATION)
-    if value is not None and value.strip():
-        try:
-            types = MemoryType.parse(value)
-        except ValueError as e:
-            log.error("%s/%s: ignoring annotation %s: %s", pod.namespace, pod.name, ANNOTATION, e)
-    types = _limited(types, available)
-    if not types:
+    named = _annotated_types(pod, container) if pod.annotations else DEFAULT_TYPES
+    types = _limited(named, available)
+    if types is None:
         log.warning(
             "%s/%s/%s: no memory of the wanted types on this machine; using %s",
             pod.namespace,
@@ -105,10 +100,22 @@ def memory_want(
     return MemoryWant(request, limit, types, priority, container_id=container.id)
 
 
+def _annotated_types(pod: Pod, container: Container) -> MemoryType:
+    """The memory-type annotation's types; the default without one (or a bad one)."""
+    value = lookup(pod, container, ANNOTATION)
+    if value is not None and value.strip():
+        try:
+            return MemoryType.parse(value)
+        except ValueError as e:
+            log.error("%s/%s: ignoring annotation %s: %s", pod.namespace, pod.name, ANNOTATION, e)
+    return DEFAULT_TYPES
+
+
 @functools.lru_cache(maxsize=64)
-def _limited(types: MemoryType, available: MemoryType) -> MemoryType:
-    """``types & available``, kept: the same few pairs on every create."""
-    return types & available
+def _limited(types: MemoryType, available: MemoryType) -> MemoryType | None:
+    """``types & available``, None when empty; kept: the same few pairs on every create (a
+    Flag's ``&`` and truth value are Python calls)."""
+    return (types & available) or None
 
 
 def lookup_memory_preserve(pod: Pod, container: Container) -> bool:

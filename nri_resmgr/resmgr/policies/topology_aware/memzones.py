@@ -202,7 +202,8 @@ class MemoryAllocator:
     def commit(self, cid: str, mems: CpuSet, want: MemoryWant) -> dict[str, CpuSet] | None:
         """Allocate ``want`` for ``cid``; the zones of other containers that had to move (by
         container id), or None when it cannot be held (then nothing is allocated)."""
-        self.release(cid)
+        if cid in self._requests:
+            self.release(cid)
         if want.amount == 0:
             # Most creates (BestEffort): no bytes, so no over-commit to resolve and no one
             # moves; _allocate assigns nothing when it fails. No journal needed.

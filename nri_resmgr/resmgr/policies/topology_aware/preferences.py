@@ -46,7 +46,9 @@ class Want:
 
 
 def in_reserved_namespace(namespace: str, extra: Sequence[str]) -> bool:
-    return namespace == KUBE_SYSTEM or any(fnmatch.fnmatchcase(namespace, g) for g in extra)
+    if namespace == KUBE_SYSTEM:
+        return True
+    return bool(extra) and any(fnmatch.fnmatchcase(namespace, g) for g in extra)
 
 
 @functools.lru_cache(maxsize=8)
@@ -65,9 +67,10 @@ def wanted(
     pod: Pod, container: Container, req: Request, spec: TopologyAwareSpec, has_reserved: bool
 ) -> Want:
     r = req.cpu_request
-    if lookup_bool(pod, container, "cpu.preserve"):
+    annotated = bool(pod.annotations)  # most pods have none: no preference to look up
+    if annotated and lookup_bool(pod, container, "cpu.preserve"):
         return Want(Kind.PRESERVE, request=r)
-    prefer_reserved = lookup_bool(pod, container, "prefer-reserved-cpus")
+    prefer_reserved = lookup_bool(pod, container, "prefer-reserved-cpus") if annotated else None
     reserved_ns = in_reserved_namespace(pod.namespace, spec.reserved_pool_namespaces)
     if has_reserved and (prefer_reserved or (reserved_ns and prefer_reserved is not False)):
         return Want(Kind.RESERVED, request=r)

@@ -175,7 +175,7 @@ class Supply:
     def _fit(
         self, pool: int, want: Want, usage: dict[int, PoolLoad], taken: CpuSet
     ) -> Candidate | None:
-        shared = self.shared_cpus(pool, taken)
+        shared = self._shared_sets(taken)[pool]
         load = self._shared_load(pool, usage, taken)
         uses_shared = want.kind in (Kind.SHARED, Kind.MIXED)
         shared_part = want.shared_part if uses_shared else 0
