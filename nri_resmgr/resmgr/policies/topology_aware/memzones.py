@@ -303,7 +303,7 @@ class MemoryAllocator:
     def _initial_zone(self, zone: int, types: MemoryType) -> int:
         """The pool's zone, widened to the closest nodes of missing types, then narrowed to
         the nodes of the wanted types when it has any."""
-        key = (zone, types.value)
+        key = (zone, types._value_)  # the value attribute: .value is a Python property
         start = self._starts.get(key)
         if start is None:
             start = self._starts[key] = self._widen_to_types(zone, types)
@@ -317,13 +317,13 @@ class MemoryAllocator:
         return preferred or zone
 
     def typed_mask(self, types: MemoryType) -> int:
-        out = self._typed.get(types.value)
+        out = self._typed.get(types._value_)
         if out is None:
             out = 0
             for t, mask in self._of_type.items():
                 if t & types:
                     out |= mask
-            self._typed[types.value] = out
+            self._typed[types._value_] = out
         return out
 
     def _expand(self, zone: int, types: MemoryType) -> int:
