@@ -104,9 +104,14 @@ def follow(a: Allocation, cpus: CpuSet | None, mems: CpuSet | None) -> Followed 
     "no change" and the view would drift from what the container really has.
     """
     held_cpus, held_mems = a.cpus, a.mems
-    # Identity first: a refresh hands the same set objects to a pool's containers.
-    send_cpus = cpus is not None and cpus is not held_cpus and cpus != held_cpus
-    send_mems = mems is not None and mems is not held_mems and mems != held_mems
+    # Identity first: a refresh hands the same set objects to a pool's containers; and
+    # nothing held differs from any set (a container restore just placed): no __eq__ call.
+    send_cpus = cpus is not None and cpus is not held_cpus
+    if send_cpus and held_cpus is not None:
+        send_cpus = cpus != held_cpus
+    send_mems = mems is not None and mems is not held_mems
+    if send_mems and held_mems is not None:
+        send_mems = mems != held_mems
     if send_cpus and not cpus:
         log.error("%s: no CPU left in %s; it keeps cpuset %s", a.name, a.pool, a.cpus)
         send_cpus = False
