@@ -97,9 +97,12 @@ def fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
             raise WireError(f"field {number}: unsupported wire type {wire_type}")
 
 
+_AS_VARINT = "expected a length-delimited value, got a varint"
+
+
 def _bytes(value: int | bytes, number: int) -> bytes:
     if isinstance(value, int):
-        raise WireError(f"field {number}: expected a length-delimited value, got a varint")
+        raise WireError(f"field {number}: {_AS_VARINT}")
     return value
 
 
@@ -110,8 +113,11 @@ def _int(value: int | bytes, number: int) -> int:
 
 
 def _text(value: int | bytes, number: int) -> str:
+    # EAFP: an int has no decode(); one call per string instead of two (thousands per sync).
     try:
-        return _bytes(value, number).decode()
+        return value.decode()  # type: ignore[union-attr]
+    except AttributeError:
+        raise WireError(f"field {number}: {_AS_VARINT}") from None
     except UnicodeDecodeError as exc:
         raise WireError(f"field {number}: invalid UTF-8") from exc
 
@@ -152,116 +158,124 @@ def _joined(parts: dict[int, list[bytes]], number: int) -> bytes:
     return b"".join(parts.get(number, ()))
 
 
+_NO_RESOURCES = Resources()
+"""What an empty LinuxResources reads as: frozen, so one serves every container sent one."""
+
+
 def resources(buf: bytes) -> Resources:
     """A LinuxResources message that was present on the wire."""
-    out: dict[str, int | str | None] = {}
+    if not buf:
+        return _NO_RESOURCES
+    memory_limit = None
+    cpu: list[int | str | None] = [None] * 5  # shares, quota, period, cpus, mems
     for number, value in fields(buf):
         if number == 1:
             for n, v in fields(_bytes(value, 1)):
                 if n == 1:
-                    out["memory_limit"] = _wrapped(_bytes(v, 1), signed=True)
+                    memory_limit = _wrapped(_bytes(v, 1), signed=True)
         elif number == 2:
-            _cpu(_bytes(value, 2), out)
-    cpus, mems = out.pop("cpuset_cpus", None), out.pop("cpuset_mems", None)
-    return Resources(cpuset_cpus=cpus or None, cpuset_mems=mems or None, **out)  # type: ignore[arg-type]
+            _cpu(_bytes(value, 2), cpu)
+    shares, quota, period, cpus, mems = cpu
+    return Resources(shares, quota, period, cpus or None, mems or None, memory_limit)  # type: ignore[arg-type]
 
 
-def _cpu(buf: bytes, out: dict[str, int | str | None]) -> None:
+def _cpu(buf: bytes, out: list[int | str | None]) -> None:
     for number, value in fields(buf):
         if number == 1:
-            out["cpu_shares"] = _wrapped(_bytes(value, 1), signed=False)
+            out[0] = _wrapped(_bytes(value, 1), signed=False)
         elif number == 2:
-            out["cpu_quota"] = _wrapped(_bytes(value, 2), signed=True)
+            out[1] = _wrapped(_bytes(value, 2), signed=True)
         elif number == 3:
-            out["cpu_period"] = _wrapped(_bytes(value, 3), signed=False)
+            out[2] = _wrapped(_bytes(value, 3), signed=False)
         elif number == 6:
-            out["cpuset_cpus"] = _text(value, 6)
+            out[3] = _text(value, 6)
         elif number == 7:
-            out["cpuset_mems"] = _text(value, 7)
+            out[4] = _text(value, 7)
 
 
 def pod(buf: bytes) -> Pod:
     """A PodSandbox (an absent one reads as all-empty, as in the generated classes)."""
-    strings = {1: "", 2: "", 3: "", 4: ""}
+    # Locals and positional construction, not a dict of fields: a Synchronize decodes
+    # hundreds of pods and thousands of containers in one request.
+    pid = name = uid = namespace = cgroup_parent = ""
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
-    cgroup_parent = ""
-    res: Resources | None = None
+    res_parts: list[bytes] = []
     for number, value in fields(buf):
-        if number in strings:
-            strings[number] = _text(value, number)
+        if number == 1:
+            pid = _text(value, 1)
+        elif number == 2:
+            name = _text(value, 2)
+        elif number == 3:
+            uid = _text(value, 3)
+        elif number == 4:
+            namespace = _text(value, 4)
         elif number == 5:
             _map_entry(_bytes(value, 5), labels)
         elif number == 6:
             _map_entry(_bytes(value, 6), annotations)
         elif number == 8:
-            linux: dict[int, list[bytes]] = {}
             for n, v in fields(_bytes(value, 8)):
                 if n == 3:
                     cgroup_parent = _text(v, 3)
                 elif n == 2:
-                    _sub(linux, 2, v)
-            if 2 in linux:
-                res = resources(_joined(linux, 2))
-    return Pod(
-        id=strings[1],
-        name=strings[2],
-        uid=strings[3],
-        namespace=strings[4],
-        labels=labels,
-        annotations=annotations,
-        cgroup_parent=cgroup_parent,
-        resources=res,
-    )
+                    res_parts.append(_bytes(v, 2))
+    res = resources(b"".join(res_parts)) if res_parts else None
+    return Pod(pid, name, namespace, uid, labels, annotations, cgroup_parent, res)
 
 
 def container(buf: bytes) -> Container:
     """A Container (an absent one reads as all-empty, as in the generated classes)."""
-    strings = {1: "", 2: "", 3: ""}
+    cid = pod_id = name = ""
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     state = pid = 0
-    res_parts: dict[int, list[bytes]] = {}
+    res_parts: list[bytes] = []
     oom_score_adj: int | None = None
     env: list[str] = []
     cdi_devices: list[str] = []
     device_bufs: list[bytes] = []
     for number, value in fields(buf):
-        if number in strings:
-            strings[number] = _text(value, number)
-        elif number == 8:  # env: what identifies a DRA claim's containers
-            env.append(_text(value, 8))
-        elif number == 20:  # CDI_devices (CDIDevice.name is its field 1)
-            cdi_devices.append(_cdi_device_name(_bytes(value, 20)))
+        if number == 1:
+            cid = _text(value, 1)
+        elif number == 2:
+            pod_id = _text(value, 2)
+        elif number == 3:
+            name = _text(value, 3)
         elif number == 4:
             state = _int(value, 4)
-        elif number == 5:
-            _map_entry(_bytes(value, 5), labels)
-        elif number == 6:
-            _map_entry(_bytes(value, 6), annotations)
         elif number == 11:
             for n, v in fields(_bytes(value, 11)):
                 if n == 3:
-                    _sub(res_parts, 3, v)
+                    res_parts.append(_bytes(v, 3))
                 elif n == 4:  # oom_score_adj, an OptionalInt (int64 value)
                     oom_score_adj = _wrapped(_bytes(v, 4), signed=True)
                 elif n == 2:  # devices: LinuxDevice, rare (device plugins, privileged)
                     device_bufs.append(_bytes(v, 2))
+        elif number == 8:  # env: what identifies a DRA claim's containers
+            env.append(_text(value, 8))
+        elif number == 20:  # CDI_devices (CDIDevice.name is its field 1)
+            cdi_devices.append(_cdi_device_name(_bytes(value, 20)))
+        elif number == 5:
+            _map_entry(_bytes(value, 5), labels)
+        elif number == 6:
+            _map_entry(_bytes(value, 6), annotations)
         elif number == 12:
             pid = _int(value, 12) & 0xFFFFFFFF
+    res = b"".join(res_parts)
     return Container(
-        id=strings[1],
-        pod_id=strings[2],
-        name=strings[3],
-        state=_STATES.get(state, ContainerState.UNKNOWN),
-        labels=labels,
-        annotations=annotations,
-        resources=resources(_joined(res_parts, 3)) if 3 in res_parts else None,
-        pid=pid,
-        claims=claims_from_env(env),
-        cdi_devices=tuple(cdi_devices),
-        devices=_device_nodes(device_bufs, _joined(res_parts, 3)) if device_bufs else (),
-        oom_score_adj=oom_score_adj,
+        cid,
+        pod_id,
+        name,
+        _STATES.get(state, ContainerState.UNKNOWN),
+        labels,
+        annotations,
+        resources(res) if res_parts else None,
+        pid,
+        claims_from_env(env) if env else {},
+        tuple(cdi_devices),
+        _device_nodes(device_bufs, res) if device_bufs else (),
+        oom_score_adj,
     )
 
 
@@ -401,29 +415,40 @@ def _resources_bytes(res: Resources | Adjustment) -> bytes:
     return bytes(out)
 
 
-def _update_bytes(update: Update) -> bytes:
+def _update_bytes(update: Update, linux_field: bytes) -> bytes:
+    """A ContainerUpdate whose field 2 (``_linux_field``) is already encoded."""
     out = bytearray()
     _put_text(out, 1, update.container_id)
-    _put_len(out, 2, _linux_update(update.adjustment))
+    out += linux_field
     if update.ignore_failure:
         out += b"\x18\x01"
     return bytes(out)
 
 
 @functools.lru_cache(maxsize=512)
-def _linux_update(adjustment: Adjustment) -> bytes:
-    """A LinuxContainerUpdate; cached, because a policy moves many containers to the same
-    cpusets at once (a Synchronize of 1,000 shared containers sends one adjustment)."""
+def _linux_field(adjustment: Adjustment) -> bytes:
+    """A ContainerUpdate's field 2, its LinuxContainerUpdate; cached, because a policy moves
+    many containers to the same cpusets at once (a Synchronize of 1,000 shared containers
+    sends one adjustment)."""
     linux = bytearray()
     _put_len(linux, 1, _resources_bytes(adjustment))
-    return bytes(linux)
+    out = bytearray()
+    _put_len(out, 2, linux)
+    return bytes(out)
 
 
 def updates_field(number: int, updates: Sequence[Update]) -> bytearray:
     """A repeated ContainerUpdate field."""
     out = bytearray()
+    last: Adjustment | None = None
+    linux = b""
     for update in updates:
-        _put_len(out, number, _update_bytes(update))
+        if update.adjustment is not last:
+            # Consecutive updates mostly share one Adjustment object (a pool's containers
+            # move together): hashed for the cache once per run, not once per update.
+            last = update.adjustment
+            linux = _linux_field(last)
+        _put_len(out, number, _update_bytes(update, linux))
     return out
 
 

@@ -7,7 +7,9 @@ it in Synchronize from the cpusets the runtime reports, so running containers st
 from __future__ import annotations
 
 import enum
+import functools
 import logging
+import operator
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -31,6 +33,9 @@ class Kind(enum.Enum):
         """Reserved and preserved containers take nothing from a pool's shared CPUs."""
         return self not in (Kind.RESERVED, Kind.PRESERVE)
 
+
+BY_CONTAINER_ID = operator.attrgetter("container_id")
+"""The sort key of allocations in container-id order (a C call, not a lambda per item)."""
 
 NO_CPUS = CpuSet()
 """No exclusive CPUs: a CpuSet never changes, so one instance serves every shared grant."""
@@ -98,19 +103,34 @@ def follow(a: Allocation, cpus: CpuSet | None, mems: CpuSet | None) -> Followed 
     the runtime has, and an empty cpuset is never sent, since the runtime would read it as
     "no change" and the view would drift from what the container really has.
     """
-    send_cpus = cpus is not None and cpus != a.cpus
-    send_mems = mems is not None and mems != a.mems
+    held_cpus, held_mems = a.cpus, a.mems
+    # Identity first: a refresh hands the same set objects to a pool's containers; and
+    # nothing held differs from any set (a container restore just placed): no __eq__ call.
+    send_cpus = cpus is not None and cpus is not held_cpus
+    if send_cpus and held_cpus is not None:
+        send_cpus = cpus != held_cpus
+    send_mems = mems is not None and mems is not held_mems
+    if send_mems and held_mems is not None:
+        send_mems = mems != held_mems
     if send_cpus and not cpus:
         log.error("%s: no CPU left in %s; it keeps cpuset %s", a.name, a.pool, a.cpus)
         send_cpus = False
     if not (send_cpus or send_mems):
         return None
-    adjustment = Adjustment(
-        cpuset_cpus=str(cpus) if send_cpus else None,
-        cpuset_mems=str(mems) if send_mems else None,
-    )
-    applied = a.with_cpusets(cpus if send_cpus else a.cpus, mems if send_mems else a.mems)
+    adjustment = _setting(cpus if send_cpus else None, mems if send_mems else None)
+    applied = a.with_cpusets(cpus if send_cpus else held_cpus, mems if send_mems else held_mems)
     return Followed(applied, Update(a.container_id, adjustment))
+
+
+@functools.lru_cache(maxsize=256)
+def _setting(cpus: CpuSet | None, mems: CpuSet | None) -> Adjustment:
+    """The Adjustment that sets ``cpus`` and ``mems`` (None: left alone). Frozen, so one
+    serves every container moved to the same sets (a refresh moves a pool's containers
+    together); its wire encoding is then looked up once per run (``wire.updates_field``)."""
+    return Adjustment(
+        cpuset_cpus=None if cpus is None else str(cpus),
+        cpuset_mems=None if mems is None else str(mems),
+    )
 
 
 def _takes_the_same(a: Allocation, b: Allocation) -> bool:
@@ -119,7 +139,7 @@ def _takes_the_same(a: Allocation, b: Allocation) -> bool:
         a.pool == b.pool
         and a.kind is b.kind
         and a.request == b.request
-        and a.exclusive == b.exclusive
+        and (a.exclusive is b.exclusive or a.exclusive == b.exclusive)
     )
 
 
@@ -189,7 +209,7 @@ class AllocationCache:
         """Store ``a`` as its pool's member; the loads are the caller's to count."""
         self._by_id[a.container_id] = a
         self._members.setdefault(a.pool, {})[a.container_id] = None
-        if a.exclusive:
+        if a.exclusive is not NO_CPUS and a.exclusive:
             self._exclusive = None
 
     def pop(self, container_id: str) -> Allocation | None:

@@ -150,6 +150,18 @@ def test_update_lists_are_what_the_generated_code_writes(update_list: list[Updat
     assert bytes(wire.updates_field(1, update_list)) == bytes(expected)
 
 
+@given(st.lists(adjustments, min_size=1, max_size=3), st.lists(st.tuples(text, st.integers(0, 2)),
+       max_size=8))  # fmt: skip
+def test_updates_sharing_adjustment_objects_are_what_the_generated_code_writes(
+    shared: list[Adjustment], picks: list[tuple[str, int]]
+) -> None:
+    # updates_field encodes a run of updates holding one Adjustment object once: runs,
+    # interleavings and equal-but-distinct objects must all come out as the generated code.
+    update_list = [Update(cid, shared[k % len(shared)]) for cid, k in picks]
+    expected = api.StopContainerResponse(update=[convert.update_to_proto(u) for u in update_list])
+    assert bytes(wire.updates_field(1, update_list)) == bytes(expected)
+
+
 @given(text, text, st.binary(max_size=40), int64)
 def test_ttrpc_envelope_round_trip(service: str, method: str, payload: bytes, timeout: int) -> None:
     request = envelope.Request(

@@ -1,16 +1,31 @@
 """The create path's hand-written shortcuts give what the general code gives: the
-Allocation copy ``with_cpusets`` equals ``attrs.evolve`` in every field, and the
-cache's incremental loads equal a recount."""
+Allocation copy ``with_cpusets`` equals ``attrs.evolve`` in every field, the cache's
+incremental loads equal a recount, ``follow`` (shared Adjustments, identity checks)
+equals the update built field by field, and a one-pool machine's choice is the general one."""
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import attrs
 
-from nri_resmgr.resmgr.cache import Allocation, AllocationCache, Kind, PoolLoad, _load_of, _plus
+from nri_resmgr.resmgr.cache import (
+    Allocation,
+    AllocationCache,
+    Kind,
+    PoolLoad,
+    _load_of,
+    _plus,
+    follow,
+)
 from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
+from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
+from nri_resmgr.resmgr.policy import PolicyEnv
+from tests.policies.workload import besteffort, burstable, topology_spec
+from tests.sysfs.fakesys import Layout, write_sysfs
 
 
 def _distinct() -> Allocation:
@@ -69,3 +84,71 @@ def test_incremental_loads_match_a_recount_over_random_puts_and_pops() -> None:
             )
         nonzero = {p: load for p, load in cache.loads().items() if load != PoolLoad()}
         assert nonzero == _recounted(cache), step
+
+
+def _followed_long_way(
+    a: Allocation, cpus: CpuSet | None, mems: CpuSet | None
+) -> tuple[Allocation, Update] | None:
+    """``follow`` as it was first written: every value built afresh, compared by value."""
+    send_cpus = cpus is not None and cpus != a.cpus
+    send_mems = mems is not None and mems != a.mems
+    if send_cpus and not cpus:
+        send_cpus = False
+    if not (send_cpus or send_mems):
+        return None
+    adjustment = Adjustment(
+        cpuset_cpus=str(cpus) if send_cpus else None,
+        cpuset_mems=str(mems) if send_mems else None,
+    )
+    applied = attrs.evolve(
+        a, cpus=cpus if send_cpus else a.cpus, mems=mems if send_mems else a.mems
+    )
+    return applied, Update(a.container_id, adjustment)
+
+
+def test_follow_equals_the_update_built_field_by_field() -> None:
+    rng = random.Random(18)
+    # Equal sets as distinct objects and as the same object: both must behave alike.
+    sets = [None, CpuSet(), CpuSet([0]), CpuSet([0]), CpuSet([0, 1]), CpuSet.parse("0-3,8")]
+    for step in range(2000):
+        held_cpus, held_mems, cpus, mems = (rng.choice(sets) for _ in range(4))
+        a = attrs.evolve(_distinct(), cpus=held_cpus, mems=held_mems)
+        got = follow(a, cpus, mems)
+        want = _followed_long_way(a, cpus, mems)
+        if want is None:
+            assert got is None, step
+            continue
+        assert got is not None, step
+        assert _fields(got.applied) == _fields(want[0]), step
+        assert got.update == want[1], step
+
+
+def test_choose_on_a_one_pool_machine_is_the_general_choice(tmp_path: Path) -> None:
+    # Engine.choose takes the only pool's fit directly: the same as the general path, for
+    # every kind of want, hinted or not, as the pool fills up.
+    root = write_sysfs(tmp_path, Layout(packages=1, nodes_per_die=1, cores_per_node=4, threads=1))
+    policy = TopologyAwarePolicy()
+    policy.setup(topology_spec(reserved="750m"), PolicyEnv(host_root=str(root)))
+    engine = policy.engine
+    assert len(engine.pools) == 1
+    wants = [
+        Want(Kind.SHARED),
+        Want(Kind.SHARED, request=400, unlimited=True),
+        Want(Kind.SHARED, request=1500, limit=2000),
+        Want(Kind.EXCLUSIVE, 1, 1000),
+        Want(Kind.EXCLUSIVE, 2, 2000, isolated=True),
+        Want(Kind.MIXED, 1, 1500),
+        Want(Kind.EXCLUSIVE, 9, 9000),
+    ]
+    outcomes = set()
+    for step in range(40):
+        for want in wants:
+            for hint in (None, engine.pools[0].name, "no-such-pool"):
+                general = engine._best_fit(
+                    want, hint, None, None, None, engine._usage(), engine.cache.exclusive_cpus()
+                )
+                assert engine.choose(want, hint) == general, (step, want, hint)
+                outcomes.add(general is None)
+        pc = besteffort(f"e{step}") if step % 3 else burstable(f"b{step}", 300, 2000)
+        engine.grant(pc[1].id, pc[0].id, pc[1].name, wants[step % 4], pod=pc[0], container=pc[1])
+    assert outcomes == {True, False}  # both fitting and refused wants were compared

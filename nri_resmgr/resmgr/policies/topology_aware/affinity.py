@@ -94,6 +94,8 @@ def placed_weights(
     """Per pool name, the weight of the container's affinities (explicit, else the implicit
     colocate ones) on the containers placed there; None when it has none. An unreadable
     annotation is logged, naming the problem, and the container placed without it."""
+    if not pod.annotations and not (spec.colocate_pods or spec.colocate_namespaces):
+        return None  # the common case: neither explicit nor implicit affinities
     try:
         affinities = container_affinities(pod, container)
     except AffinityError as e:

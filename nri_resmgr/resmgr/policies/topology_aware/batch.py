@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from nri_resmgr.resmgr.cache import Allocation, Kind
-from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import check_required_isolation
 from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.resmgr.policies.topology_aware.hint_sources import container_hints
 from nri_resmgr.resmgr.policies.topology_aware.memory import memory_want
@@ -44,11 +43,11 @@ def _place_plain(engine: Engine, live: Live) -> bool:
         return False
     if engine.affinity_weights(container.id, pod, container) is not None:
         return False
-    memory = memory_want(pod, container, engine.memory.available, engine.memory.total)
+    memory = memory_want(pod, container, engine.memory.available, engine.memory.total, live.req)
     candidate = engine.choose(want, None, None, memory, None)
     if candidate is None:
         return False  # over-committed: the one-by-one path warns and picks the roomiest
-    check_required_isolation(want, candidate.isolated, live.name)
+    # (grant's check_required_isolation passes here: it fails only wanting exclusive CPUs.)
     a = Allocation(
         container.id,
         pod.id,

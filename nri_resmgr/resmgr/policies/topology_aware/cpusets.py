@@ -5,7 +5,7 @@ nodes, the adjustment of a container being created, and the updates after a shar
 from __future__ import annotations
 
 from nri_resmgr.resmgr.annotations import lookup_bool
-from nri_resmgr.resmgr.cache import Allocation, Kind, follow
+from nri_resmgr.resmgr.cache import BY_CONTAINER_ID, Allocation, Kind, follow
 from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Update
@@ -83,13 +83,12 @@ class Cpusets(Supply):
         if shared == settled:
             return []
         updates: list[Update] = []
-        for a in sorted(self._unsettled(shared, settled), key=lambda a: a.container_id):
+        for a in sorted(self._unsettled(shared, settled), key=BY_CONTAINER_ID):
             if a.container_id == skip:
                 continue
             cpus, mems = self.desired(a, taken, shared)
-            # A tuple compares by identity first: the common case costs no __eq__ call.
-            if (cpus, mems) == (a.cpus, a.mems):
-                continue
+            if cpus is a.cpus and mems is a.mems:
+                continue  # the common case, settled: no call at all (follow compares values)
             followed = follow(a, cpus, mems)
             if followed is not None:
                 self.cache.put(followed.applied)

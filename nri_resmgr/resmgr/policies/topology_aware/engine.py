@@ -76,11 +76,30 @@ class Engine(Cpusets):
         container's topology hints; None if none fits."""
         taken = self.cache.exclusive_cpus()
         usage = self._usage()
+        if len(self.pools) == 1:
+            return self._fit(0, want, usage, taken)  # one pool, hinted or not: no choice
+        return self._best_fit(want, hint, affinity, memory, topo, usage, taken)
+
+    def _best_fit(
+        self,
+        want: Want,
+        hint: str | None,
+        affinity: Mapping[str, int] | None,
+        memory: MemoryWant | None,
+        topo: ContainerHints | None,
+        usage: dict[int, PoolLoad],
+        taken: CpuSet,
+    ) -> Candidate | None:
+        """``choose`` among the pools that fit, with the usage and exclusive CPUs now."""
         if hint is not None and hint in self.index:
             fit = self._fit(self.index[hint], want, usage, taken)
             if fit is not None:
                 return fit
-        fits = [f for f in (self._fit(p.index, want, usage, taken) for p in self.pools) if f]
+        fits = []
+        for p in self.pools:  # a loop, not a generator in a comprehension: two frames fewer
+            fit = self._fit(p.index, want, usage, taken)
+            if fit is not None:
+                fits.append(fit)
         if not fits:
             return None
         if len(fits) == 1:

@@ -14,7 +14,7 @@ from nri_resmgr.resmgr.annotations import lookup
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.resmgr.oomscore import memory_request
-from nri_resmgr.resmgr.requests import QoS, container_request
+from nri_resmgr.resmgr.requests import QoS, Request, container_request
 from nri_resmgr.sysfs import MemoryType, System
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ DEFAULT_TYPES = MemoryType.DRAM | MemoryType.PMEM
 
 # libmem's request priorities: lower ones are moved first when a zone is overcommitted.
 BESTEFFORT, BURSTABLE, GUARANTEED, PRESERVED = range(4)
-_PRIORITY = {QoS.BESTEFFORT: BESTEFFORT, QoS.BURSTABLE: BURSTABLE, QoS.GUARANTEED: GUARANTEED}
 
 
 def attached_memory(system: System, cpu_nodes: Iterable[int]) -> CpuSet:
@@ -65,31 +64,31 @@ class MemoryWant:
 
 
 def memory_want(
-    pod: Pod, container: Container, available: MemoryType, capacity: int = 0
+    pod: Pod,
+    container: Container,
+    available: MemoryType,
+    capacity: int = 0,
+    req: Request | None = None,
 ) -> MemoryWant:
     """The container's memory request: as nri-plugins' estimateResourceRequirements (the
     limit when Guaranteed, else the request kubelet's oom_score_adj encodes against the node's
-    ``capacity`` bytes), the annotated types (or the default) limited to those it has."""
-    req = container_request(pod, container)
+    ``capacity`` bytes), the annotated types (or the default) limited to those it has.
+    ``req``: the container's ``container_request``, when the caller has it already."""
+    if req is None:
+        req = container_request(pod, container)
     limit = req.memory_limit or 0
     if req.qos is QoS.GUARANTEED:
-        request = limit
+        request, priority = limit, GUARANTEED
     elif req.qos is QoS.BURSTABLE:
-        request = memory_request(container.oom_score_adj, limit, capacity)
+        request, priority = memory_request(container.oom_score_adj, limit, capacity), BURSTABLE
     else:
-        request = 0
-    priority = _PRIORITY[req.qos]
-    if lookup_memory_preserve(pod, container):
+        request, priority = 0, BESTEFFORT
+    # Both annotations are the pod's: most pods have none, and then nothing to look up.
+    if pod.annotations and lookup_memory_preserve(pod, container):
         return MemoryWant(request, limit, available, PRESERVED, True, container.id)
-    types = DEFAULT_TYPES
-    value = lookup(pod, container, ANNOTATION)
-    if value is not None and value.strip():
-        try:
-            types = MemoryType.parse(value)
-        except ValueError as e:
-            log.error("%s/%s: ignoring annotation %s: %s", pod.namespace, pod.name, ANNOTATION, e)
-    types = _limited(types, available)
-    if not types:
+    named = _annotated_types(pod, container) if pod.annotations else DEFAULT_TYPES
+    types = _limited(named, available)
+    if types is None:
         log.warning(
             "%s/%s/%s: no memory of the wanted types on this machine; using %s",
             pod.namespace,
@@ -101,10 +100,22 @@ def memory_want(
     return MemoryWant(request, limit, types, priority, container_id=container.id)
 
 
+def _annotated_types(pod: Pod, container: Container) -> MemoryType:
+    """The memory-type annotation's types; the default without one (or a bad one)."""
+    value = lookup(pod, container, ANNOTATION)
+    if value is not None and value.strip():
+        try:
+            return MemoryType.parse(value)
+        except ValueError as e:
+            log.error("%s/%s: ignoring annotation %s: %s", pod.namespace, pod.name, ANNOTATION, e)
+    return DEFAULT_TYPES
+
+
 @functools.lru_cache(maxsize=64)
-def _limited(types: MemoryType, available: MemoryType) -> MemoryType:
-    """``types & available``, kept: the same few pairs on every create."""
-    return types & available
+def _limited(types: MemoryType, available: MemoryType) -> MemoryType | None:
+    """``types & available``, None when empty; kept: the same few pairs on every create (a
+    Flag's ``&`` and truth value are Python calls)."""
+    return (types & available) or None
 
 
 def lookup_memory_preserve(pod: Pod, container: Container) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 
 import attrs
 
-from nri_resmgr.resmgr.cache import Allocation
+from nri_resmgr.resmgr.cache import BY_CONTAINER_ID, Allocation
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.policies.topology_aware.memory import (
     BURSTABLE,
@@ -202,7 +202,8 @@ class MemoryAllocator:
     def commit(self, cid: str, mems: CpuSet, want: MemoryWant) -> dict[str, CpuSet] | None:
         """Allocate ``want`` for ``cid``; the zones of other containers that had to move (by
         container id), or None when it cannot be held (then nothing is allocated)."""
-        self.release(cid)
+        if cid in self._requests:
+            self.release(cid)
         if want.amount == 0:
             # Most creates (BestEffort): no bytes, so no over-commit to resolve and no one
             # moves; _allocate assigns nothing when it fails. No journal needed.
@@ -250,12 +251,10 @@ class MemoryAllocator:
         or its pool's zone of its types, in container-id order; a container that does not fit
         is left unaccounted. Nothing changes when every allocation is already accounted (a
         failed update)."""
-        placed = sorted(
-            (a for a in allocations if a.pod is not None and a.container is not None),
-            key=lambda a: a.container_id,
-        )
-        if {a.container_id for a in placed} == set(self._requests):
+        placed = [a for a in allocations if a.pod is not None and a.container is not None]
+        if {a.container_id for a in placed} == self._requests.keys():
             return
+        placed.sort(key=BY_CONTAINER_ID)
         self.clear()
         for a in placed:
             if a.pod is None or a.container is None:
@@ -304,7 +303,7 @@ class MemoryAllocator:
     def _initial_zone(self, zone: int, types: MemoryType) -> int:
         """The pool's zone, widened to the closest nodes of missing types, then narrowed to
         the nodes of the wanted types when it has any."""
-        key = (zone, types.value)
+        key = (zone, types._value_)  # the value attribute: .value is a Python property
         start = self._starts.get(key)
         if start is None:
             start = self._starts[key] = self._widen_to_types(zone, types)
@@ -318,13 +317,13 @@ class MemoryAllocator:
         return preferred or zone
 
     def typed_mask(self, types: MemoryType) -> int:
-        out = self._typed.get(types.value)
+        out = self._typed.get(types._value_)
         if out is None:
             out = 0
             for t, mask in self._of_type.items():
                 if t & types:
                     out |= mask
-            self._typed[types.value] = out
+            self._typed[types._value_] = out
         return out
 
     def _expand(self, zone: int, types: MemoryType) -> int:

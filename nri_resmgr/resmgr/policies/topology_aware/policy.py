@@ -41,6 +41,8 @@ from nri_resmgr.sysfs import System
 
 log = logging.getLogger(__name__)
 
+_NO_RESOURCES = Resources()
+
 
 class TopologyAwarePolicy(HardwarePolicy):
     name = "topology-aware"
@@ -144,6 +146,7 @@ class TopologyAwarePolicy(HardwarePolicy):
 
     def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> list[Update]:
         by_id = {p.id: p for p in pods}
+        engine = self.engine
         lives = []
         bound: list[tuple[Pod, Container]] = []
         for c in containers:
@@ -153,26 +156,22 @@ class TopologyAwarePolicy(HardwarePolicy):
             if c.claims and self.claims.binding(f"{pod.namespace}/{pod.name}/{c.name}", c):
                 bound.append((pod, c))
                 continue
-            res = c.resources or Resources()
-            lives.append(
-                self._live(
-                    self.engine,
-                    pod,
-                    c,
-                    reported_cpuset(res.cpuset_cpus, c),
-                    reported_cpuset(res.cpuset_mems, c),
-                )
-            )
-        updates = self._settle_claims(self.engine, restore(self.engine, lives), bound)
+            res = c.resources or _NO_RESOURCES
+            # Most containers of a runtime that had no resource manager report none.
+            cpus = reported_cpuset(res.cpuset_cpus, c) if res.cpuset_cpus else None
+            mems = reported_cpuset(res.cpuset_mems, c) if res.cpuset_mems else None
+            lives.append(self._live(engine, pod, c, cpus, mems))
+        updates = self._settle_claims(engine, restore(engine, lives), bound)
         log.info("synchronized %d containers, %d updates", len(lives), len(updates))
         return updates
 
     def _live(
         self, engine: Engine, pod: Pod, c: Container, cpus: CpuSet | None, mems: CpuSet | None
     ) -> Live:
-        want = wanted(pod, c, container_request(pod, c), engine.spec, bool(engine.reserved))
-        keep_mems = lookup_bool(pod, c, "memory.preserve") is True
-        return Live(pod, c, want, keep_mems, cpus, mems)
+        req = container_request(pod, c)
+        want = wanted(pod, c, req, engine.spec, bool(engine.reserved))
+        keep_mems = bool(pod.annotations) and lookup_bool(pod, c, "memory.preserve") is True
+        return Live(pod, c, want, keep_mems, cpus, mems, req)
 
     # -- lifecycle ------------------------------------------------------------------------
 

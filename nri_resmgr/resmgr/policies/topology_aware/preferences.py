@@ -46,7 +46,9 @@ class Want:
 
 
 def in_reserved_namespace(namespace: str, extra: Sequence[str]) -> bool:
-    return namespace == KUBE_SYSTEM or any(fnmatch.fnmatchcase(namespace, g) for g in extra)
+    if namespace == KUBE_SYSTEM:
+        return True
+    return bool(extra) and any(fnmatch.fnmatchcase(namespace, g) for g in extra)
 
 
 @functools.lru_cache(maxsize=8)
@@ -56,21 +58,25 @@ def _parsed_priority(text: str) -> Priority:
 
 
 @functools.lru_cache(maxsize=8)
-def _besteffort(prio: Priority) -> Want:
-    """The one Want of every BestEffort container (a frozen value: shared, not rebuilt)."""
-    return Want(Kind.SHARED, request=0, prio=prio)
+def _besteffort(default_priority: str) -> Want:
+    """The one Want of every BestEffort container (a frozen value: shared, not rebuilt), by
+    the configured default priority's text (a str hashes in C, a Priority in Python)."""
+    return Want(Kind.SHARED, request=0, prio=_parsed_priority(default_priority))
 
 
 def wanted(
     pod: Pod, container: Container, req: Request, spec: TopologyAwareSpec, has_reserved: bool
 ) -> Want:
     r = req.cpu_request
-    if lookup_bool(pod, container, "cpu.preserve"):
+    annotated = bool(pod.annotations)  # most pods have none: no preference to look up
+    if annotated and lookup_bool(pod, container, "cpu.preserve"):
         return Want(Kind.PRESERVE, request=r)
-    prefer_reserved = lookup_bool(pod, container, "prefer-reserved-cpus")
+    prefer_reserved = lookup_bool(pod, container, "prefer-reserved-cpus") if annotated else None
     reserved_ns = in_reserved_namespace(pod.namespace, spec.reserved_pool_namespaces)
     if has_reserved and (prefer_reserved or (reserved_ns and prefer_reserved is not False)):
         return Want(Kind.RESERVED, request=r)
+    if req.qos is QoS.BESTEFFORT:
+        return _besteffort(spec.default_cpu_priority)
     # nri-plugins cpuAllocationPreferences: only Guaranteed containers' annotation counts.
     default = _parsed_priority(spec.default_cpu_priority)
     if req.qos is QoS.BURSTABLE:
@@ -82,8 +88,6 @@ def wanted(
             burst_level=lookup(pod, container, "unlimited-burstable"),
             prio=default,
         )
-    if req.qos is QoS.BESTEFFORT:
-        return _besteffort(default)
     want = attrs.evolve(
         _guaranteed(pod, container, r, spec), prio=cpu_priority(pod, container, default)
     )

@@ -4,6 +4,7 @@ reconfiguration), so that containers stay where they are whenever that is still 
 from __future__ import annotations
 
 import logging
+import operator
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
@@ -16,8 +17,11 @@ from nri_resmgr.resmgr.model import Container, Pod, Update
 from nri_resmgr.resmgr.policies.topology_aware.batch import place_all
 from nri_resmgr.resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
+from nri_resmgr.resmgr.requests import Request
 
 log = logging.getLogger(__name__)
+
+_BY_CONTAINER_ID = operator.attrgetter("container.id")
 
 
 @attrs.frozen
@@ -30,6 +34,8 @@ class Live:
     keep_mems: bool
     cpus: CpuSet | None
     mems: CpuSet | None
+    req: Request
+    """The request ``want`` was derived from, kept for the memory want (``memory_want``)."""
 
     @property
     def name(self) -> str:
@@ -46,7 +52,7 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
     left alone, never sent an empty cpuset.
     """
     engine.cache.clear()
-    lives = sorted(lives, key=lambda live: live.container.id)
+    lives = sorted(lives, key=_BY_CONTAINER_ID)
     users = _cpu_users(lives)
     pending: list[Live] = []
     for live in lives:

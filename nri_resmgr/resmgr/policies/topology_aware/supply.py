@@ -10,7 +10,7 @@ from __future__ import annotations
 import attrs
 
 from nri_resmgr.config.models import TopologyAwareSpec
-from nri_resmgr.resmgr.cache import AllocationCache, Kind, PoolLoad
+from nri_resmgr.resmgr.cache import NO_CPUS, AllocationCache, Kind, PoolLoad
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.policies.topology_aware.memzones import MemoryAllocator
 from nri_resmgr.resmgr.policies.topology_aware.pools import Pool, ancestors, subtree
@@ -124,19 +124,33 @@ class Supply:
         return PoolLoad(mcpu, users, count, zero)
 
     def _load(self, pool: int, usage: dict[int, PoolLoad], taken: CpuSet) -> PoolLoad:
-        """The subtree's load plus this pool's part of its ancestors' shared containers; a
-        subtree holding containers that ask no CPU counts 1 mCPU more (nri-plugins
-        AllocatableSharedCPU), so they are never left without a CPU."""
-        own_load = self._subtree_load(pool, usage)
-        mcpu = own_load.shared_mcpu + (1 if own_load.zero_requests else 0)
-        own = len(self.shared_cpus(pool, taken))
-        for a in self.ancestors[pool]:
-            part = usage.get(a, _IDLE).shared_mcpu
-            wider = len(self.shared_cpus(a, taken))
-            if part and wider:
-                # An ancestor's shared containers spread over all of its CPUs.
-                mcpu += part * own // wider
-        return own_load._replace(shared_mcpu=mcpu)
+        """The subtree's load, its shared mCPU as ``_shared_load`` counts it."""
+        shared = self._shared_load(pool, usage, taken)
+        return self._subtree_load(pool, usage)._replace(shared_mcpu=shared)
+
+    def _shared_load(self, pool: int, usage: dict[int, PoolLoad], taken: CpuSet) -> int:
+        """mCPU of the pool's shared CPUs in use: its subtree's shared requests plus this
+        pool's part of its ancestors' shared containers; a subtree holding containers that
+        ask no CPU counts 1 mCPU more (nri-plugins AllocatableSharedCPU), so they are never
+        left without a CPU. (Every fit asks for it: no PoolLoad is built on the way.)"""
+        mcpu = zero = 0
+        for i in self.subtrees[pool]:
+            load = usage.get(i)
+            if load is not None:
+                mcpu += load.shared_mcpu
+                zero += load.zero_requests
+        if zero:
+            mcpu += 1
+        ancestors = self.ancestors[pool]
+        if ancestors:
+            own = len(self.shared_cpus(pool, taken))
+            for a in ancestors:
+                part = usage.get(a, _IDLE).shared_mcpu
+                wider = len(self.shared_cpus(a, taken))
+                if part and wider:
+                    # An ancestor's shared containers spread over all of its CPUs.
+                    mcpu += part * own // wider
+        return mcpu
 
     def _set_aside(self, pool: int, usage: dict[int, PoolLoad], taken: CpuSet) -> CpuSet:
         """CPUs of ``pool``'s descendants that must stay shared: as many as the containers
@@ -161,13 +175,13 @@ class Supply:
     def _fit(
         self, pool: int, want: Want, usage: dict[int, PoolLoad], taken: CpuSet
     ) -> Candidate | None:
-        shared = self.shared_cpus(pool, taken)
-        load = self._load(pool, usage, taken).shared_mcpu
+        shared = self._shared_sets(taken)[pool]
+        load = self._shared_load(pool, usage, taken)
         uses_shared = want.kind in (Kind.SHARED, Kind.MIXED)
         shared_part = want.shared_part if uses_shared else 0
         remaining = len(shared)
         isolated = False
-        source = CpuSet()
+        source = NO_CPUS
         if want.exclusive:
             free_isolated = self.isolated_of[pool] - taken
             if want.isolated and len(free_isolated) >= want.exclusive:
