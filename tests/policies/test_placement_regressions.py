@@ -1,7 +1,8 @@
 """Regressions of issue 12, read from what the runtime holds (the in-repo ``Runtime`` drops an
 empty cpuset as the wire encoder does, so "unpinned" shows as ``None``).
 
-1. An exclusive grant must never empty a shared pool (idle or busy, own or a child's).
+1. An exclusive grant never empties a busy shared pool or the root (an idle pool may be sliced
+   empty, as nri-plugins does), and a restart keeps such grants.
 2. Re-placement must not depend on the order containers are listed in.
 3. The policy's view of each container's cpuset must be what the runtime applied.
 """
@@ -212,6 +213,35 @@ def test_an_update_under_pin_memory_off_keeps_the_mems_the_runtime_has(tmp_path:
     rt.apply(p.update_container(pod_, c, resources(500, 500)))
     assert_view_is_runtime(p, rt)
     assert rt.mems[c.id] is not None  # still what it was given, and the policy knows it
+
+
+def test_a_restart_keeps_exclusive_cpus_that_sliced_an_idle_node_empty(tmp_path: Path) -> None:
+    # Three NUMA nodes of one 2-thread core each. The socket's shared Burstable leaves the
+    # 2-CPU Guaranteed container no node of its own, so it is granted at the socket and takes
+    # the idle node #2 whole (nri-plugins' SliceableCPUs). A restart read that claim as
+    # "empties a pool", re-placed the container as shared there and moved the Burstable
+    # from 1-3 to 1-5 (seed 1 of the state machine).
+    layout = Layout(nodes_per_die=3, cores_per_node=1, threads=2)
+    p = policy(tmp_path, layout, reserved="750m", pin_memory=False, unlimited_burstable="package")
+    rt = Runtime(p)
+    rt.create(guaranteed("g1", 250))
+    bu = rt.create(burstable("bu", 250))
+    g2 = rt.create(guaranteed("g2", 2000))
+    assert _claim(p, g2.id) == (Kind.EXCLUSIVE, "4-5")
+    assert rt.cpus[bu.id] == "1-3"
+    before = dict(rt.cpus)
+    pods, containers = rt.reported()
+    fresh = TopologyAwarePolicy()
+    fresh.setup(p.engine.spec, PolicyEnv(host_root=str(tmp_path)))
+    rt.apply(fresh.synchronize(pods, containers))
+    assert rt.cpus == before
+    assert _claim(fresh, g2.id) == (Kind.EXCLUSIVE, "4-5")
+
+
+def _claim(p: TopologyAwarePolicy, container_id: str) -> tuple[Kind, str]:
+    a = p.engine.cache.get(container_id)
+    assert a is not None
+    return a.kind, str(a.exclusive)
 
 
 def test_balloons_reserved_cpus_moved_under_a_balloon_re_place_its_members(

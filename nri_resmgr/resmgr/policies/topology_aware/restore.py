@@ -115,15 +115,14 @@ def _grant(engine: Engine, live: Live) -> None:
     )
 
 
-def _empties_a_pool(engine: Engine, claim: CpuSet) -> bool:
-    """Whether taking ``claim`` exclusively would leave some pool without shared CPUs."""
-    taken = engine.cache.exclusive_cpus()
-    # Only the pools the claim overlaps can lose CPUs.
-    return any(
-        not (engine.shared_cpus(i, taken) - claim)
-        for i, sharable in enumerate(engine.sharable)
-        if not sharable.isdisjoint(claim)
-    )
+def _empties_the_root(engine: Engine, claim: CpuSet) -> bool:
+    """Whether taking ``claim`` exclusively would leave no shared CPU at all.
+
+    That is the one emptying a grant never does. A lower pool may have been sliced empty
+    (the engine slices idle pools, as nri-plugins' SliceableCPUs does), and a claim that
+    emptied a busy one would hold CPUs its shared containers run on, which ``_only_mine``
+    already refuses."""
+    return not (engine.shared_cpus(0, engine.cache.exclusive_cpus()) - claim)
 
 
 def _home_pool(engine: Engine, cpus: CpuSet, mems: CpuSet | None) -> int | None:
@@ -184,7 +183,7 @@ def _claim_exclusive(engine: Engine, live: Live, users: dict[int, int]) -> bool:
         return False
     free = (engine.sharable[0] | engine.isolated) - engine.cache.exclusive_cpus()
     pool = _home_pool(engine, cpus, live.mems)
-    if pool is None or not cpus.issubset(free) or _empties_a_pool(engine, cpus - engine.isolated):
+    if pool is None or not cpus.issubset(free) or _empties_the_root(engine, cpus - engine.isolated):
         return False
     _put(engine, live, pool, Kind.EXCLUSIVE, cpus)
     return True
@@ -244,7 +243,7 @@ def _restore_mixed(
                     leftovers.append(live)
                     continue
                 own = pick_cpus(engine.system, usable, live.want.exclusive)
-            if _empties_a_pool(engine, own - engine.isolated):
+            if _empties_the_root(engine, own - engine.isolated):
                 leftovers.append(live)
                 continue
             _put(engine, live, pool, Kind.MIXED, own)
