@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from nri_resmgr.resmgr.cache import Kind
@@ -236,6 +237,33 @@ def test_a_restart_keeps_exclusive_cpus_that_sliced_an_idle_node_empty(tmp_path:
     rt.apply(fresh.synchronize(pods, containers))
     assert rt.cpus == before
     assert _claim(fresh, g2.id) == (Kind.EXCLUSIVE, "4-5")
+
+
+def test_a_restart_keeps_a_kube_system_container_on_the_shared_cpus_it_fell_back_to(
+    tmp_path: Path,
+) -> None:
+    # The reserved CPU's 750m were taken when ks2 came, so it went to the shared CPU 1. Once
+    # ks1 is gone there is room on the reserved CPU, but a restart must keep ks2 where it
+    # runs (restore granted it afresh, onto CPU 0: state machine, seed 11).
+    p = policy(tmp_path, TWO_CPUS, reserved="750m", pin_memory=False)
+    rt = Runtime(p)
+    ks1 = rt.create(guaranteed("ks1", 1000, namespace="kube-system"))
+    ks2 = rt.create(guaranteed("ks2", 250, namespace="kube-system"))
+    assert (rt.cpus[ks1.id], rt.cpus[ks2.id]) == ("0", "1")
+    rt.remove(ks1)
+    pods, containers = rt.reported()
+    fresh = TopologyAwarePolicy()
+    fresh.setup(p.engine.spec, PolicyEnv(host_root=str(tmp_path)))
+    rt.apply(fresh.synchronize(pods, containers))
+    assert rt.cpus[ks2.id] == "1"
+    # Where it can no longer stay (on a CPU the machine no longer has), it is granted what it
+    # asks for: the reserved CPU.
+    _, [running] = rt.reported()
+    elsewhere = attrs.evolve(running, resources=attrs.evolve(running.resources, cpuset_cpus="7"))
+    again = TopologyAwarePolicy()
+    again.setup(p.engine.spec, PolicyEnv(host_root=str(tmp_path)))
+    [update] = again.synchronize(pods, [elsewhere])
+    assert update.adjustment.cpuset_cpus == "0"
 
 
 def _claim(p: TopologyAwarePolicy, container_id: str) -> tuple[Kind, str]:

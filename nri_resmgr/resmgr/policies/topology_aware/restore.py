@@ -55,17 +55,21 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
     lives = sorted(lives, key=_BY_CONTAINER_ID)
     users = _cpu_users(lives)
     pending: list[Live] = []
+    # Reserved-class containers running on normal shared CPUs (the reserved ones were full
+    # when they came): kept there if that still holds, else granted as they ask.
+    fell_back: dict[str, Live] = {}
     for live in lives:
         kind = live.want.kind
-        if kind in (Kind.RESERVED, Kind.PRESERVE):
+        if kind is Kind.RESERVED and live.cpus and live.cpus.isdisjoint(engine.reserved):
+            fell_back[live.container.id] = live
+            pending.append(_as_shared(live))
+        elif kind in (Kind.RESERVED, Kind.PRESERVE):
             _grant(engine, live)
             granted = engine.cache.get(live.container.id)
             if granted is not None and granted.kind is Kind.SHARED:
                 # The reserved CPUs are full: restored on normal shared CPUs, where it runs.
                 engine.release(live.container.id)
-                pending.append(
-                    attrs.evolve(live, want=Want(Kind.SHARED, request=live.want.request))
-                )
+                pending.append(_as_shared(live))
         elif not (kind is Kind.EXCLUSIVE and _claim_exclusive(engine, live, users)):
             pending.append(live)
     mixed = [p for p in pending if p.want.kind is Kind.MIXED]
@@ -73,7 +77,9 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
     others = [p for p in pending if p.want.kind is not Kind.MIXED]
     maybe_shared = _restore_mixed(engine, mixed, others, users)
     maybe_shared += others
-    leftovers = _restore_shared(engine, maybe_shared)
+    leftovers = [
+        fell_back.get(live.container.id, live) for live in _restore_shared(engine, maybe_shared)
+    ]
     if leftovers:
         # One line, not one per container: a Synchronize of thousands would spend a good
         # part of its time logging (each one is still said at debug level).
@@ -101,6 +107,10 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
             engine.cache.put(attrs.evolve(a, cpus=live.cpus, mems=live.mems))
     engine.unsettle()
     return engine.refresh()
+
+
+def _as_shared(live: Live) -> Live:
+    return attrs.evolve(live, want=Want(Kind.SHARED, request=live.want.request))
 
 
 def _grant(engine: Engine, live: Live) -> None:
