@@ -266,6 +266,41 @@ def test_a_restart_keeps_a_kube_system_container_on_the_shared_cpus_it_fell_back
     assert update.adjustment.cpuset_cpus == "0"
 
 
+def test_a_new_reserved_set_moves_kube_system_onto_it_and_the_others_off_it(
+    tmp_path: Path,
+) -> None:
+    # The real containerd's reconfiguration test: the old reserved CPU becomes the shared
+    # one. Judged by its cpus alone, the kube-system container looked as if it had fallen
+    # back to shared CPUs and stayed on CPU 0.
+    p = policy(tmp_path, TWO_CPUS, reserved="cpuset:0", pin_memory=False)
+    rt = Runtime(p)
+    ks = rt.create(besteffort("ks", namespace="kube-system"))
+    be = rt.create(besteffort("be"))
+    assert (rt.cpus[ks.id], rt.cpus[be.id]) == ("0", "1")
+    rt.apply(p.reconfigure(topology_spec(reserved="cpuset:1", pin_memory=False)))
+    assert (rt.cpus[ks.id], rt.cpus[be.id]) == ("1", "0")
+    assert _kind(p, ks.id) is Kind.RESERVED
+
+
+def test_a_reconfiguration_keeps_a_fallen_back_kube_system_container_where_it_runs(
+    tmp_path: Path,
+) -> None:
+    p = policy(tmp_path, TWO_CPUS, reserved="750m", pin_memory=False)
+    rt = Runtime(p)
+    ks1 = rt.create(guaranteed("ks1", 1000, namespace="kube-system"))
+    ks2 = rt.create(guaranteed("ks2", 250, namespace="kube-system"))
+    rt.remove(ks1)
+    rt.apply(p.reconfigure(topology_spec(reserved="750m", pin_memory=False)))
+    assert rt.cpus[ks2.id] == "1"
+    assert _kind(p, ks2.id) is Kind.SHARED
+
+
+def _kind(p: TopologyAwarePolicy, container_id: str) -> Kind:
+    a = p.engine.cache.get(container_id)
+    assert a is not None
+    return a.kind
+
+
 def _claim(p: TopologyAwarePolicy, container_id: str) -> tuple[Kind, str]:
     a = p.engine.cache.get(container_id)
     assert a is not None

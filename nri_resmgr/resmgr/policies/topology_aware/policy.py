@@ -12,7 +12,7 @@ from nri_resmgr.config.models import PolicySpec, TopologyAwareSpec
 from nri_resmgr.config.notapplied import report
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.annotations import lookup_bool, report_unread
-from nri_resmgr.resmgr.cache import Allocation
+from nri_resmgr.resmgr.cache import Allocation, Kind
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuset import CpuSet
@@ -94,7 +94,7 @@ class TopologyAwarePolicy(HardwarePolicy):
             if a.pod is not None and a.container is not None and not is_claim_entry(a)
         ]
         lives = [
-            self._live(engine, a.pod, a.container, a.cpus, a.mems)
+            self._live(engine, a.pod, a.container, a.cpus, a.mems, self._fell_back(a))
             for a in held
             if a.pod is not None
             and a.container is not None
@@ -160,18 +160,36 @@ class TopologyAwarePolicy(HardwarePolicy):
             # Most containers of a runtime that had no resource manager report none.
             cpus = reported_cpuset(res.cpuset_cpus, c) if res.cpuset_cpus else None
             mems = reported_cpuset(res.cpuset_mems, c) if res.cpuset_mems else None
-            lives.append(self._live(engine, pod, c, cpus, mems))
+            live = self._live(engine, pod, c, cpus, mems)
+            if live.want.kind is Kind.RESERVED and cpus and cpus.isdisjoint(engine.reserved):
+                live = attrs.evolve(live, fell_back=True)
+            lives.append(live)
         updates = self._settle_claims(engine, restore(engine, lives), bound)
         log.info("synchronized %d containers, %d updates", len(lives), len(updates))
         return updates
 
     def _live(
-        self, engine: Engine, pod: Pod, c: Container, cpus: CpuSet | None, mems: CpuSet | None
+        self,
+        engine: Engine,
+        pod: Pod,
+        c: Container,
+        cpus: CpuSet | None,
+        mems: CpuSet | None,
+        fell_back: bool = False,
     ) -> Live:
         req = container_request(pod, c)
         want = wanted(pod, c, req, engine.spec, bool(engine.reserved))
         keep_mems = bool(pod.annotations) and lookup_bool(pod, c, "memory.preserve") is True
-        return Live(pod, c, want, keep_mems, cpus, mems, req)
+        return Live(pod, c, want, keep_mems, cpus, mems, req, fell_back)
+
+    def _fell_back(self, a: Allocation) -> bool:
+        """Whether the current engine put ``a``'s reserved-class container on normal shared
+        CPUs because the reserved ones were full. Judged by the old grant, not by the cpus:
+        a new reserved set can make the old reserved CPUs shared ones."""
+        if a.kind is not Kind.SHARED or a.pod is None or a.container is None:
+            return False
+        old = self._live(self.engine, a.pod, a.container, None, None)
+        return old.want.kind is Kind.RESERVED
 
     # -- lifecycle ------------------------------------------------------------------------
 

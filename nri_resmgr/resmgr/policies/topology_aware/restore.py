@@ -36,6 +36,9 @@ class Live:
     mems: CpuSet | None
     req: Request
     """The request ``want`` was derived from, kept for the memory want (``memory_want``)."""
+    fell_back: bool = False
+    """A reserved-class container that runs on normal shared CPUs because the reserved ones
+    were full when it came: restore keeps it there while that still holds."""
 
     @property
     def name(self) -> str:
@@ -60,7 +63,7 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
     fell_back: dict[str, Live] = {}
     for live in lives:
         kind = live.want.kind
-        if kind is Kind.RESERVED and live.cpus and live.cpus.isdisjoint(engine.reserved):
+        if live.fell_back:
             fell_back[live.container.id] = live
             pending.append(_as_shared(live))
         elif kind in (Kind.RESERVED, Kind.PRESERVE):
