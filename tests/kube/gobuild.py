@@ -120,10 +120,12 @@ def _write_replaces(workdir: Path, modules: list[str], version: str) -> None:
 
 def _build(workdir: Path, package: str, out: Path, *flags: str) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
+    # One temporary name per process: two test processes building the same peer at once
+    # (a fresh cache) must not rename each other's file away.
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     started = time.monotonic()
     _go(workdir, "build", "-trimpath", *flags, "-o", str(tmp), package, nice=True)
-    tmp.rename(out)  # atomic: a half-written binary never looks cached
+    tmp.replace(out)  # atomic: a half-written binary never looks cached
     print(f"built {out} in {time.monotonic() - started:.0f}s", file=sys.stderr)
 
 
