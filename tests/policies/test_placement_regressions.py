@@ -17,11 +17,11 @@ from typing import Any
 import attrs
 import pytest
 
-from nri_resmgr.resmgr.cache import Kind
+from nri_resmgr.resmgr.cache import Allocation, Kind
 from nri_resmgr.resmgr.cpualloc import PlacementError
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.manager import ResourceManager
-from nri_resmgr.resmgr.model import Update
+from nri_resmgr.resmgr.model import Container, Update
 from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
@@ -245,12 +245,7 @@ def test_a_restart_keeps_a_kube_system_container_on_the_shared_cpus_it_fell_back
     # The reserved CPU's 750m were taken when ks2 came, so it went to the shared CPU 1. Once
     # ks1 is gone there is room on the reserved CPU, but a restart must keep ks2 where it
     # runs (restore granted it afresh, onto CPU 0: state machine, seed 11).
-    p = policy(tmp_path, TWO_CPUS, reserved="750m", pin_memory=False)
-    rt = Runtime(p)
-    ks1 = rt.create(guaranteed("ks1", 1000, namespace="kube-system"))
-    ks2 = rt.create(guaranteed("ks2", 250, namespace="kube-system"))
-    assert (rt.cpus[ks1.id], rt.cpus[ks2.id]) == ("0", "1")
-    rt.remove(ks1)
+    p, rt, ks2 = _kube_system_fallen_back_to_shared(tmp_path)
     pods, containers = rt.reported()
     fresh = TopologyAwarePolicy()
     fresh.setup(p.engine.spec, PolicyEnv(host_root=str(tmp_path)))
@@ -279,31 +274,40 @@ def test_a_new_reserved_set_moves_kube_system_onto_it_and_the_others_off_it(
     assert (rt.cpus[ks.id], rt.cpus[be.id]) == ("0", "1")
     rt.apply(p.reconfigure(topology_spec(reserved="cpuset:1", pin_memory=False)))
     assert (rt.cpus[ks.id], rt.cpus[be.id]) == ("1", "0")
-    assert _kind(p, ks.id) is Kind.RESERVED
+    assert _allocation(p, ks.id).kind is Kind.RESERVED
 
 
 def test_a_reconfiguration_keeps_a_fallen_back_kube_system_container_where_it_runs(
     tmp_path: Path,
 ) -> None:
+    p, rt, ks2 = _kube_system_fallen_back_to_shared(tmp_path)
+    rt.apply(p.reconfigure(topology_spec(reserved="750m", pin_memory=False)))
+    assert rt.cpus[ks2.id] == "1"
+    assert _allocation(p, ks2.id).kind is Kind.SHARED
+
+
+def _kube_system_fallen_back_to_shared(
+    tmp_path: Path,
+) -> tuple[TopologyAwarePolicy, Runtime, Container]:
+    """The reserved CPU's 750m were taken when ks2 came, so it went to the shared CPU 1;
+    then ks1 left, so there is room on the reserved CPU now."""
     p = policy(tmp_path, TWO_CPUS, reserved="750m", pin_memory=False)
     rt = Runtime(p)
     ks1 = rt.create(guaranteed("ks1", 1000, namespace="kube-system"))
     ks2 = rt.create(guaranteed("ks2", 250, namespace="kube-system"))
+    assert (rt.cpus[ks1.id], rt.cpus[ks2.id]) == ("0", "1")
     rt.remove(ks1)
-    rt.apply(p.reconfigure(topology_spec(reserved="750m", pin_memory=False)))
-    assert rt.cpus[ks2.id] == "1"
-    assert _kind(p, ks2.id) is Kind.SHARED
+    return p, rt, ks2
 
 
-def _kind(p: TopologyAwarePolicy, container_id: str) -> Kind:
+def _allocation(p: TopologyAwarePolicy, container_id: str) -> Allocation:
     a = p.engine.cache.get(container_id)
     assert a is not None
-    return a.kind
+    return a
 
 
 def _claim(p: TopologyAwarePolicy, container_id: str) -> tuple[Kind, str]:
-    a = p.engine.cache.get(container_id)
-    assert a is not None
+    a = _allocation(p, container_id)
     return a.kind, str(a.exclusive)
 
 

@@ -188,8 +188,9 @@ class TopologyAwarePolicy(HardwarePolicy):
         a new reserved set can make the old reserved CPUs shared ones."""
         if a.kind is not Kind.SHARED or a.pod is None or a.container is None:
             return False
-        old = self._live(self.engine, a.pod, a.container, None, None)
-        return old.want.kind is Kind.RESERVED
+        req = container_request(a.pod, a.container)
+        old = self.engine
+        return wanted(a.pod, a.container, req, old.spec, bool(old.reserved)).kind is Kind.RESERVED
 
     # -- lifecycle ------------------------------------------------------------------------
 
