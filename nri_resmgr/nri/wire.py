@@ -15,7 +15,9 @@ malformed input raises ``WireError``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Generic, TypeVar
 
 from nri_resmgr.resmgr.model import (
     Adjustment,
@@ -161,11 +163,45 @@ def _joined(parts: dict[int, list[bytes]], number: int) -> bytes:
 _NO_RESOURCES = Resources()
 """What an empty LinuxResources reads as: frozen, so one serves every container sent one."""
 
+_NO_STRINGS: Mapping[str, str] = MappingProxyType({})
+
+V = TypeVar("V")
+
+
+class _Recent(Generic[V]):
+    """What the last ``size`` distinct encodings decoded to, oldest dropped first.
+
+    The runtime sends the same pod with every event of each of its containers, and many
+    containers the same resources; the value is immutable, so one decoding serves them all.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.values: dict[bytes, V] = {}
+
+    def keep(self, buf: bytes, value: V) -> V:
+        values = self.values
+        if len(values) >= self.size:
+            del values[next(iter(values))]
+        values[buf] = value
+        return value
+
+
+_RECENT_RESOURCES: _Recent[Resources] = _Recent(256)
+_RECENT_PODS: _Recent[Pod] = _Recent(512)
+
 
 def resources(buf: bytes) -> Resources:
     """A LinuxResources message that was present on the wire."""
     if not buf:
         return _NO_RESOURCES
+    known = _RECENT_RESOURCES.values.get(buf)
+    if known is not None:
+        return known
+    return _RECENT_RESOURCES.keep(buf, _resources(buf))
+
+
+def _resources(buf: bytes) -> Resources:
     memory_limit = None
     cpu: list[int | str | None] = [None] * 5  # shares, quota, period, cpus, mems
     for number, value in fields(buf):
@@ -194,7 +230,15 @@ def _cpu(buf: bytes, out: list[int | str | None]) -> None:
 
 
 def pod(buf: bytes) -> Pod:
-    """A PodSandbox (an absent one reads as all-empty, as in the generated classes)."""
+    """A PodSandbox (an absent one reads as all-empty, as in the generated classes); its
+    labels and annotations are read-only, since one decoding serves every event of the pod."""
+    known = _RECENT_PODS.values.get(buf)
+    if known is not None:
+        return known
+    return _RECENT_PODS.keep(buf, _pod(buf))
+
+
+def _pod(buf: bytes) -> Pod:
     # Locals and positional construction, not a dict of fields: a Synchronize decodes
     # hundreds of pods and thousands of containers in one request.
     pid = name = uid = namespace = cgroup_parent = ""
@@ -221,7 +265,16 @@ def pod(buf: bytes) -> Pod:
                 elif n == 2:
                     res_parts.append(_bytes(v, 2))
     res = resources(b"".join(res_parts)) if res_parts else None
-    return Pod(pid, name, namespace, uid, labels, annotations, cgroup_parent, res)
+    return Pod(
+        pid,
+        name,
+        namespace,
+        uid,
+        MappingProxyType(labels) if labels else _NO_STRINGS,
+        MappingProxyType(annotations) if annotations else _NO_STRINGS,
+        cgroup_parent,
+        res,
+    )
 
 
 def container(buf: bytes) -> Container:
@@ -452,16 +505,26 @@ def updates_field(number: int, updates: Sequence[Update]) -> bytearray:
     return out
 
 
-def create_container_response(adjustment: Adjustment, updates: Sequence[Update]) -> bytes:
+@functools.lru_cache(maxsize=512)
+def _adjust_field(adjustment: Adjustment) -> bytes:
+    """A CreateContainerResponse's field 1, its ContainerAdjustment (only ``linux``, field 6,
+    with its ``resources``, field 2); cached, because a pool's containers are all sent the
+    same cpusets and shares: one encoding per distinct adjustment, not per create."""
+    if adjustment.is_empty():
+        return b""
+    linux = bytearray()
+    _put_len(linux, 2, _resources_bytes(adjustment))
+    adjust = bytearray()
+    _put_len(adjust, 6, linux)
     out = bytearray()
-    if not adjustment.is_empty():
-        linux = bytearray()
-        _put_len(linux, 2, _resources_bytes(adjustment))
-        adjust = bytearray()
-        _put_len(adjust, 6, linux)
-        _put_len(out, 1, adjust)
-    out += updates_field(2, updates)
+    _put_len(out, 1, adjust)
     return bytes(out)
+
+
+def create_container_response(adjustment: Adjustment, updates: Sequence[Update]) -> bytes:
+    if not updates:
+        return _adjust_field(adjustment)
+    return _adjust_field(adjustment) + updates_field(2, updates)
 
 
 def ttrpc_response(payload: bytes) -> bytes:

@@ -109,7 +109,15 @@ class Adjustment:
     memory_limit: int | None = None
 
     def is_empty(self) -> bool:
-        return all(v is None for v in attrs.astuple(self))
+        # Field by field, not attrs.astuple: asked on every CreateContainer reply.
+        return (
+            self.cpuset_cpus is None
+            and self.cpuset_mems is None
+            and self.cpu_shares is None
+            and self.cpu_quota is None
+            and self.cpu_period is None
+            and self.memory_limit is None
+        )
 
 
 @attrs.frozen
