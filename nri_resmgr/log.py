@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import TextIO
 
@@ -82,33 +83,52 @@ class AfterReplyHandler(logging.StreamHandler[TextIO]):
 
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
-        self._pending: list[logging.LogRecord] = []
+        self._pending: list[logging.LogRecord | _Later] = []
         self._wake: Callable[[], None] | None = None
         self._thread = 0
+        self._draining = False
 
     def defer(self, wake: Callable[[], None] | None) -> None:
         """Defer records of this thread, calling ``wake`` when the first one is kept
         (None: write at once again, after draining what is pending)."""
+        global _DEFERRING
         self.drain()
         self._wake = wake
         self._thread = threading.get_ident()
+        if wake is not None:
+            _DEFERRING = self
+        elif _DEFERRING is self:
+            _DEFERRING = None
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self._wake is not None and threading.get_ident() == self._thread:
-            if not self._pending:
-                self._wake()
-            self._pending.append(record)
+        if self._wake is not None and not self._draining and threading.get_ident() == self._thread:
+            self._keep(record)
             return
         if self._pending and threading.get_ident() == self._thread:
             self.drain()
         super().emit(record)
 
+    def _keep(self, item: logging.LogRecord | _Later) -> None:
+        if not self._pending and self._wake is not None:
+            self._wake()
+        self._pending.append(item)
+
     def drain(self) -> None:
-        """Write the kept records, in order."""
-        while self._pending:
-            pending, self._pending = self._pending, []
-            for record in pending:
-                super().emit(record)
+        """Write the kept records, in order; a kept ``info_later`` call becomes its record
+        here, and goes through its logger's handlers as ``Logger.info`` would have sent it."""
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            while self._pending:
+                pending, self._pending = self._pending, []
+                for item in pending:
+                    if isinstance(item, logging.LogRecord):
+                        super().emit(item)
+                    else:
+                        item.logger.handle(item.record())
+        finally:
+            self._draining = False
 
     def pending(self) -> int:
         return len(self._pending)
@@ -119,8 +139,51 @@ class AfterReplyHandler(logging.StreamHandler[TextIO]):
         super().flush()
 
     def close(self) -> None:
+        global _DEFERRING
         self.flush()
+        if _DEFERRING is self:
+            _DEFERRING = None
         super().close()
+
+
+class _Later:
+    """A ``Logger.info`` call kept as it was made, to become a record at the drain."""
+
+    __slots__ = ("args", "created_ns", "logger", "msg")
+
+    def __init__(
+        self, logger: logging.Logger, msg: str, args: tuple[object, ...], created_ns: int
+    ) -> None:
+        self.logger = logger
+        self.msg = msg
+        self.args = args
+        self.created_ns = created_ns
+
+    def record(self) -> logging.LogRecord:
+        record = self.logger.makeRecord(
+            self.logger.name, logging.INFO, "(unknown file)", 0, self.msg, self.args, None
+        )
+        # The time of the call, not of the drain (as a record kept whole would carry).
+        record.created = self.created_ns / 1e9
+        record.msecs = (self.created_ns // 1_000_000) % 1000
+        record.relativeCreated = (self.created_ns - logging._startTime * 1e9) / 1e6  # type: ignore[attr-defined]
+        return record
+
+
+_DEFERRING: AfterReplyHandler | None = None
+"""The handler deferring the trio thread's records, while one does."""
+
+
+def info_later(logger: logging.Logger, msg: str, *args: object) -> None:
+    """``logger.info(msg, *args)``; while the trio thread's records are deferred, even the
+    record is made after the reply: building one (the caller lookup, the time fields, the
+    ``LogRecord``) was most of a CreateContainer's log cost that ``defer`` left inside the
+    request. The arguments must not change before the drain (strings, numbers, enums)."""
+    handler = _DEFERRING
+    if handler is None or threading.get_ident() != handler._thread:
+        logger.info(msg, *args)
+    elif logger.isEnabledFor(logging.INFO):
+        handler._keep(_Later(logger, msg, args, time.time_ns()))
 
 
 def after_reply_handler() -> AfterReplyHandler | None:

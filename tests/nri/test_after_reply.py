@@ -6,13 +6,14 @@ from __future__ import annotations
 import gc
 import io
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import trio
 
-from nri_resmgr.log import AfterReplyHandler
+from nri_resmgr.log import AfterReplyHandler, info_later
 from nri_resmgr.nri import afterreply
 from nri_resmgr.nri.mux import Mux
 from nri_resmgr.nri.simulator import Simulator
@@ -165,3 +166,70 @@ def test_the_due_generation_is_chosen_as_cpython_chooses_it(
         monkeypatch.setattr(gc, "get_count", lambda c=counts: c)
         after.collect_if_due()
     assert collected == [0, 1, 2, 2]
+
+
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_info_later_makes_its_record_at_the_drain_with_the_time_of_the_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events.clear()
+    h = AfterReplyHandler(_Stream())
+    h.setFormatter(logging.Formatter("%(message)s"))
+    kept = _Kept()
+    made: list[str] = []
+    original = logging.Logger.makeRecord
+    monkeypatch.setattr(
+        logging.Logger,
+        "makeRecord",
+        lambda self, *a, **k: made.append(a[4]) or original(self, *a, **k),
+    )
+    root = logging.getLogger()
+    old_handlers, root.handlers = root.handlers, [h]
+    log.addHandler(kept)
+    old_level, log.level = log.level, logging.INFO
+    try:
+        h.defer(lambda: events.append("woken"))
+        at = time.time()
+        info_later(log, "placed %s in %s", "ctr0", "pool0")
+        log.info("at once")  # an ordinary record is kept whole, after the call
+        assert made == ["at once"], "no record made for the info_later call yet"
+        assert events == ["woken"] and h.pending() == 2
+        time.sleep(0.01)
+        h.drain()
+        assert events == ["woken", "log placed ctr0 in pool0", "log at once"], "in call order"
+        assert made == ["at once", "placed %s in %s"]
+        # (``kept`` does not defer: it had the ordinary record at once.)
+        assert [r.getMessage() for r in kept.records] == ["at once", "placed ctr0 in pool0"]
+        first = kept.records[1]
+        assert (first.getMessage(), first.levelno, first.name) == (
+            "placed ctr0 in pool0",
+            logging.INFO,
+            log.name,
+        )
+        assert at <= first.created < at + 0.009, "the time of the call, not of the drain"
+        assert first.msecs == pytest.approx((first.created * 1000) % 1000, abs=1)
+        log.setLevel(logging.WARNING)
+        info_later(log, "filtered")
+        assert h.pending() == 0, "below the logger's level nothing is kept"
+    finally:
+        h.close()
+        root.handlers = old_handlers
+        log.removeHandler(kept)
+        log.setLevel(old_level)
+
+
+def test_info_later_without_deferral_logs_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    h = AfterReplyHandler(_Stream())
+    h.defer(lambda: None)
+    h.close()  # a closed handler defers nothing any more
+    with caplog.at_level(logging.INFO, logger=log.name):
+        info_later(log, "now %d", 1)
+    assert [r.getMessage() for r in caplog.records] == ["now 1"]

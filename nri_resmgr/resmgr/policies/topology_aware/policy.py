@@ -11,6 +11,7 @@ import attrs
 from nri_resmgr.config.models import PolicySpec, TopologyAwareSpec
 from nri_resmgr.config.notapplied import report
 from nri_resmgr.errors import ConfigError
+from nri_resmgr.log import info_later
 from nri_resmgr.resmgr.annotations import lookup_bool, report_unread
 from nri_resmgr.resmgr.cache import Allocation, Kind
 from nri_resmgr.resmgr.constraints import allowed_cpus, reserved_cpus
@@ -210,7 +211,8 @@ class TopologyAwarePolicy(HardwarePolicy):
         except PlacementError:
             engine.release(container.id)
             raise
-        log.info(
+        info_later(
+            log,
             "%s: %s in %s: cpus %s mems %s",
             live.name,
             a.kind.value,
