@@ -127,17 +127,8 @@ class ResourceManager:
 
     # Each event has a body that runs with the lock held (``*_held``) and an async method
     # that takes the lock for it. The NRI reader answers an event in place when the lock is
-    # free (``held_now``), so most events never wait on the scheduler.
-
-    @contextmanager
-    def held_now(self) -> Iterator[None]:
-        """Hold the lock for a synchronous block; raises ``trio.WouldBlock`` if it is held
-        or waited for (the caller then takes the async path, and so keeps its turn)."""
-        self.lock.acquire_nowait()
-        try:
-            yield
-        finally:
-            self.lock.release()
+    # free (``PluginHandlers._when_free`` takes it with ``acquire_nowait``), so most events
+    # never wait on the scheduler.
 
     async def run_pod_sandbox(self, pod: Pod) -> None:
         async with self.lock:

@@ -94,7 +94,7 @@ class Container:
     request (``requests.memory_request``), which the OCI spec does not carry otherwise."""
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Adjustment:
     """Changes a policy asks for on a container being created.
 

@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import attrs
+import pytest
 
 from nri_resmgr.resmgr.cache import (
     Allocation,
@@ -21,10 +22,10 @@ from nri_resmgr.resmgr.cache import (
 )
 from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy, cpusets
 from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
 from nri_resmgr.resmgr.policy import PolicyEnv
-from tests.policies.workload import besteffort, burstable, topology_spec
+from tests.policies.workload import besteffort, burstable, guaranteed, topology_spec
 from tests.sysfs.fakesys import Layout, write_sysfs
 
 
@@ -152,3 +153,31 @@ def test_choose_on_a_one_pool_machine_is_the_general_choice(tmp_path: Path) -> N
         pc = besteffort(f"e{step}") if step % 3 else burstable(f"b{step}", 300, 2000)
         engine.grant(pc[1].id, pc[0].id, pc[1].name, wants[step % 4], pod=pc[0], container=pc[1])
     assert outcomes == {True, False}  # both fitting and refused wants were compared
+
+
+def test_adjustments_are_shared_per_distinct_answer_and_equal_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = write_sysfs(tmp_path, Layout(packages=1, nodes_per_die=2, cores_per_node=4, threads=1))
+    policy = TopologyAwarePolicy()
+    policy.setup(topology_spec(reserved="750m"), PolicyEnv(host_root=str(root)))
+    engine = policy.engine
+    creates = [
+        besteffort("e0"), besteffort("e1"), burstable("b0", 300, 2000),
+        burstable("b1", 300, 2000), guaranteed("g0", 2000), besteffort("e2"),
+    ]  # fmt: skip
+    seen: dict[Adjustment, Adjustment] = {}
+    for pod, ctr in creates:
+        adjustment, _ = policy.create_container(pod, ctr)
+        a = engine.cache.get(ctr.id)
+        assert a is not None
+        assert adjustment == Adjustment(
+            cpuset_cpus=str(a.cpus), cpuset_mems=str(a.mems), cpu_shares=adjustment.cpu_shares
+        ), "the cpusets stored for the container are the ones sent"
+        assert seen.setdefault(adjustment, adjustment) is adjustment, "one object per answer"
+    assert len(seen) >= 3  # besteffort, burstable and the exclusive one differ
+    monkeypatch.setattr(cpusets, "_KEPT_ADJUSTMENTS", 2)
+    for pod, ctr in creates:
+        policy.remove_container(pod, ctr)
+        policy.create_container(pod, ctr)
+    assert len(engine._adjustments) <= 2, "bounded"

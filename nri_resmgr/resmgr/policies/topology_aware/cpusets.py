@@ -16,6 +16,9 @@ from nri_resmgr.resmgr.requests import milli_cpu_to_shares
 __all__ = ["Cpusets"]
 
 
+_KEPT_ADJUSTMENTS = 1024
+
+
 class Cpusets(Supply):
     """The cpusets the cached grants imply, kept in line with the runtime."""
 
@@ -58,11 +61,18 @@ class Cpusets(Supply):
                 mems if mems is not None or held is None else held.mems,
             )
         )
-        return Adjustment(
-            cpuset_cpus=None if cpus is None else str(cpus),
-            cpuset_mems=None if mems is None else str(mems),
-            cpu_shares=None if a.kind is Kind.PRESERVE else milli_cpu_to_shares(_portion(a)),
-        )
+        shares = None if a.kind is Kind.PRESERVE else milli_cpu_to_shares(_portion(a))
+        key = (cpus, mems, shares)
+        known = self._adjustments.get(key)
+        if known is None:
+            if len(self._adjustments) >= _KEPT_ADJUSTMENTS:
+                self._adjustments.clear()
+            known = self._adjustments[key] = Adjustment(
+                cpuset_cpus=None if cpus is None else str(cpus),
+                cpuset_mems=None if mems is None else str(mems),
+                cpu_shares=shares,
+            )
+        return known
 
     def unsettle(self) -> None:
         """Allocations were stored with cpusets the engine did not choose (restore): the next
