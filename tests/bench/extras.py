@@ -10,6 +10,7 @@ import importlib
 import shutil
 import signal
 import subprocess
+import sys
 import traceback
 from collections import Counter
 from functools import partial
@@ -101,7 +102,8 @@ async def profile_create(
     """py-spy on our daemon (samples taken while it holds the GIL, so idle waits do not
     count) while the harness runs ``samples`` container lifecycles at 500 live; own and
     inclusive time by function go to ``profile-<policy>.txt``, the raw stacks beside it."""
-    spy = shutil.which("py-spy")
+    # Also beside this interpreter: a venv's python run by path has its bin dir off PATH.
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if spy is None:
         return unavailable(RuntimeError("py-spy is not installed (pip install -e .[bench])"))
     raw = out_dir / f"profile-{contender.policy}.stacks"
