@@ -180,6 +180,8 @@ class _Recent(Generic[V]):
         self.values: dict[bytes, V] = {}
 
     def keep(self, buf: bytes, value: V) -> V:
+        if len(buf) > _KEPT_ENCODING_MAX:
+            return value
         values = self.values
         if len(values) >= self.size:
             del values[next(iter(values))]
@@ -187,8 +189,11 @@ class _Recent(Generic[V]):
         return value
 
 
+_KEPT_ENCODING_MAX = 16 << 10
+"""Longer encodings (a pod with a kubectl last-applied-configuration annotation, say) are
+decoded each time: what stays kept is then at most a few MiB, whatever the pods carry."""
 _RECENT_RESOURCES: _Recent[Resources] = _Recent(256)
-_RECENT_PODS: _Recent[Pod] = _Recent(512)
+_RECENT_PODS: _Recent[Pod] = _Recent(256)
 
 
 def resources(buf: bytes) -> Resources:

@@ -85,3 +85,11 @@ def test_a_create_reply_with_updates_is_the_adjustment_then_the_updates() -> Non
     assert wire.create_container_response(Adjustment(), updates) == bytes(
         wire.updates_field(2, updates)
     )
+
+
+def test_a_long_pod_encoding_is_decoded_each_time_and_not_kept() -> None:
+    data = _pod(7) + length_delimited(6, text(1, "big") + text(2, "x" * wire._KEPT_ENCODING_MAX))
+    first = wire.pod(data)
+    assert first.annotations["big"] == "x" * wire._KEPT_ENCODING_MAX
+    assert data not in wire._RECENT_PODS.values
+    assert wire.pod(data) == first and wire.pod(data) is not first
