@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Generic, TypeVar
 
 from nri_resmgr.resmgr.model import (
     Adjustment,
@@ -165,45 +164,19 @@ _NO_RESOURCES = Resources()
 
 _NO_STRINGS: Mapping[str, str] = MappingProxyType({})
 
-V = TypeVar("V")
-
-
-class _Recent(Generic[V]):
-    """What the last ``size`` distinct encodings decoded to, oldest dropped first.
-
-    The runtime sends the same pod with every event of each of its containers, and many
-    containers the same resources; the value is immutable, so one decoding serves them all.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.values: dict[bytes, V] = {}
-
-    def keep(self, buf: bytes, value: V) -> V:
-        if len(buf) > _KEPT_ENCODING_MAX:
-            return value
-        values = self.values
-        if len(values) >= self.size:
-            del values[next(iter(values))]
-        values[buf] = value
-        return value
-
 
 _KEPT_ENCODING_MAX = 16 << 10
 """Longer encodings (a pod with a kubectl last-applied-configuration annotation, say) are
 decoded each time: what stays kept is then at most a few MiB, whatever the pods carry."""
-_RECENT_RESOURCES: _Recent[Resources] = _Recent(256)
-_RECENT_PODS: _Recent[Pod] = _Recent(256)
 
 
 def resources(buf: bytes) -> Resources:
     """A LinuxResources message that was present on the wire."""
     if not buf:
         return _NO_RESOURCES
-    known = _RECENT_RESOURCES.values.get(buf)
-    if known is not None:
-        return known
-    return _RECENT_RESOURCES.keep(buf, _resources(buf))
+    if len(buf) > _KEPT_ENCODING_MAX:
+        return _resources(buf)
+    return _kept_resources(buf)
 
 
 def _resources(buf: bytes) -> Resources:
@@ -237,10 +210,9 @@ def _cpu(buf: bytes, out: list[int | str | None]) -> None:
 def pod(buf: bytes) -> Pod:
     """A PodSandbox (an absent one reads as all-empty, as in the generated classes); its
     labels and annotations are read-only, since one decoding serves every event of the pod."""
-    known = _RECENT_PODS.values.get(buf)
-    if known is not None:
-        return known
-    return _RECENT_PODS.keep(buf, _pod(buf))
+    if len(buf) > _KEPT_ENCODING_MAX:
+        return _pod(buf)
+    return _kept_pod(buf)
 
 
 def _pod(buf: bytes) -> Pod:
@@ -280,6 +252,13 @@ def _pod(buf: bytes) -> Pod:
         cgroup_parent,
         res,
     )
+
+
+# The runtime sends the same pod with every event of each of its containers, and many
+# containers the same resources; the values are immutable, so one decoding serves them all.
+# (A malformed encoding raises, and lru_cache keeps no exception.)
+_kept_pod = functools.lru_cache(maxsize=256)(_pod)
+_kept_resources = functools.lru_cache(maxsize=256)(_resources)
 
 
 def container(buf: bytes) -> Container:

@@ -4,6 +4,9 @@ gives, must not be changeable by whoever got it, and the memory kept is bounded.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import pytest
 
 from nri_resmgr.nri import wire
@@ -40,11 +43,16 @@ def test_a_kept_pods_maps_cannot_be_changed_through_it() -> None:
     assert wire.pod(_pod(2)).labels == {"app": "a2"}
 
 
+def _fresh_pod_cache(monkeypatch: pytest.MonkeyPatch, size: int) -> Any:
+    kept = functools.lru_cache(maxsize=size)(wire._pod)
+    monkeypatch.setattr(wire, "_kept_pod", kept)
+    return kept
+
+
 def test_the_pods_kept_are_bounded_oldest_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    recent: wire._Recent[wire.Pod] = wire._Recent(3)
-    monkeypatch.setattr(wire, "_RECENT_PODS", recent)
+    recent = _fresh_pod_cache(monkeypatch, 3)
     pods = [wire.pod(_pod(n)) for n in range(4)]
-    assert len(recent.values) == 3
+    assert recent.cache_info().currsize == 3
     assert wire.pod(_pod(0)) is not pods[0], "the oldest was dropped and decoded again"
     assert wire.pod(_pod(0)) == pods[0]
     assert wire.pod(_pod(3)) is pods[3]
@@ -59,12 +67,15 @@ def test_the_same_resources_bytes_give_the_same_value() -> None:
     assert wire.resources(b"") is wire._NO_RESOURCES
 
 
-def test_a_malformed_pod_is_refused_every_time_and_not_kept() -> None:
+def test_a_malformed_pod_is_refused_every_time_and_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recent = _fresh_pod_cache(monkeypatch, 8)
     data = _pod(9) + b"\x0a\x05ab"  # field 1 announces 5 bytes, 2 follow
     for _ in range(2):
         with pytest.raises(wire.WireError, match="5 bytes announced"):
             wire.pod(data)
-    assert data not in wire._RECENT_PODS.values
+    assert recent.cache_info().currsize == 0
 
 
 @pytest.mark.parametrize(
@@ -87,9 +98,12 @@ def test_a_create_reply_with_updates_is_the_adjustment_then_the_updates() -> Non
     )
 
 
-def test_a_long_pod_encoding_is_decoded_each_time_and_not_kept() -> None:
+def test_a_long_pod_encoding_is_decoded_each_time_and_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recent = _fresh_pod_cache(monkeypatch, 8)
     data = _pod(7) + length_delimited(6, text(1, "big") + text(2, "x" * wire._KEPT_ENCODING_MAX))
     first = wire.pod(data)
     assert first.annotations["big"] == "x" * wire._KEPT_ENCODING_MAX
-    assert data not in wire._RECENT_PODS.values
+    assert recent.cache_info().currsize == 0
     assert wire.pod(data) == first and wire.pod(data) is not first

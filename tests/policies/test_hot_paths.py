@@ -5,6 +5,7 @@ equals the update built field by field, and a one-pool machine's choice is the g
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 
@@ -176,8 +177,9 @@ def test_adjustments_are_shared_per_distinct_answer_and_equal_a_fresh_one(
         ), "the cpusets stored for the container are the ones sent"
         assert seen.setdefault(adjustment, adjustment) is adjustment, "one object per answer"
     assert len(seen) >= 3  # besteffort, burstable and the exclusive one differ
-    monkeypatch.setattr(cpusets, "_KEPT_ADJUSTMENTS", 2)
+    kept = functools.lru_cache(maxsize=2)(cpusets._adjustment.__wrapped__)
+    monkeypatch.setattr(cpusets, "_adjustment", kept)
     for pod, ctr in creates:
         policy.remove_container(pod, ctr)
         policy.create_container(pod, ctr)
-    assert len(engine._adjustments) <= 2, "bounded"
+    assert kept.cache_info().currsize <= 2, "bounded"

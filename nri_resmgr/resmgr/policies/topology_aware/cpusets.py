@@ -4,6 +4,8 @@ nodes, the adjustment of a container being created, and the updates after a shar
 
 from __future__ import annotations
 
+import functools
+
 from nri_resmgr.resmgr.annotations import lookup_bool
 from nri_resmgr.resmgr.cache import BY_CONTAINER_ID, Allocation, Kind, follow
 from nri_resmgr.resmgr.cpualloc import PlacementError
@@ -14,9 +16,6 @@ from nri_resmgr.resmgr.policies.topology_aware.supply import Supply
 from nri_resmgr.resmgr.requests import milli_cpu_to_shares
 
 __all__ = ["Cpusets"]
-
-
-_KEPT_ADJUSTMENTS = 1024
 
 
 class Cpusets(Supply):
@@ -62,17 +61,7 @@ class Cpusets(Supply):
             )
         )
         shares = None if a.kind is Kind.PRESERVE else milli_cpu_to_shares(_portion(a))
-        key = (cpus, mems, shares)
-        known = self._adjustments.get(key)
-        if known is None:
-            if len(self._adjustments) >= _KEPT_ADJUSTMENTS:
-                self._adjustments.clear()
-            known = self._adjustments[key] = Adjustment(
-                cpuset_cpus=None if cpus is None else str(cpus),
-                cpuset_mems=None if mems is None else str(mems),
-                cpu_shares=shares,
-            )
-        return known
+        return _adjustment(cpus, mems, shares)
 
     def unsettle(self) -> None:
         """Allocations were stored with cpusets the engine did not choose (restore): the next
@@ -135,3 +124,14 @@ def _portion(a: Allocation) -> int:
     if a.kind is Kind.MIXED:
         return a.request % 1000
     return a.request
+
+
+@functools.lru_cache(maxsize=1024)
+def _adjustment(cpus: CpuSet | None, mems: CpuSet | None, shares: int | None) -> Adjustment:
+    """One Adjustment per distinct answer: a pool's containers all get the same one, and the
+    reply encoder keeps each one's bytes (hashed once, ``Adjustment`` caches its hash)."""
+    return Adjustment(
+        cpuset_cpus=None if cpus is None else str(cpus),
+        cpuset_mems=None if mems is None else str(mems),
+        cpu_shares=shares,
+    )

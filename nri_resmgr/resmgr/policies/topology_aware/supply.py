@@ -12,7 +12,6 @@ import attrs
 from nri_resmgr.config.models import TopologyAwareSpec
 from nri_resmgr.resmgr.cache import NO_CPUS, AllocationCache, Kind, PoolLoad
 from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.model import Adjustment
 from nri_resmgr.resmgr.policies.topology_aware.memzones import MemoryAllocator
 from nri_resmgr.resmgr.policies.topology_aware.pools import Pool, ancestors, subtree
 from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
@@ -71,9 +70,6 @@ class Supply:
             sorted(self.subtrees[p.index][1:], key=lambda i: -pools[i].depth) for p in pools
         ]
         self.cache = AllocationCache()
-        self._adjustments: dict[tuple[CpuSet | None, CpuSet | None, int | None], Adjustment] = {}
-        """``Cpusets.adjustment``'s answers, one per distinct answer: a pool's containers all
-        get the same one, and the reply encoder keeps each one's bytes (hashed once)."""
         # nri-plugins numbers pools children first (post-order); its ties go to the lower id.
         postorder = children_first(pools)
         self.upstream_id = {pool: n for n, pool in enumerate(postorder)}
