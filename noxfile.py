@@ -42,7 +42,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     install_project(session, "lint", "test", "plot")
-    session.run("mypy", "nri_resmgr")
+    session.run("mypy", "nri_resmgr", "tools/crdschema.py")
 
 
 @nox.session(python=PYTHON)
@@ -99,7 +99,7 @@ def helm(session: nox.Session) -> None:
     """Helm charts: check generated files, build helm (cached), lint and render all charts."""
     install_project(session, "test")
     env = {"NRI_RESMGR_CACHE": str(CACHE)}
-    session.run("python", "tools/gencrd.py", "--check")
+    session.run("python", "-m", "tools.gencrd", "--check")
     session.run("python", "-m", "tests.helm.helmbuild", env=env)
     session.run("pytest", "tests/helm", *session.posargs, env=env)
 

@@ -13,16 +13,16 @@ from nri_resmgr.log import setup_logging
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["demo"]:
-        from nri_resmgr import demo
+        from nri_resmgr.sim import demo
 
         setup_logging("warning")
         return demo.main(args[1:])
     if args[:1] == ["simulate"]:
-        from nri_resmgr.simulate import command
+        from nri_resmgr.sim import command
 
         return command.main(args[1:])
     if args[:1] == ["snapshot-topology"]:
-        from nri_resmgr.simulate import command
+        from nri_resmgr.sim import command
 
         return command.snapshot_main(args[1:])
     try:

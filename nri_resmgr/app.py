@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from nri_resmgr.agent.filewatch import ConfigFileWatcher
 from nri_resmgr.cli import Options
 from nri_resmgr.config import PolicyDocument, load_file
-from nri_resmgr.config.filewatch import ConfigFileWatcher
 from nri_resmgr.daemon import EXIT_FATAL, EXIT_OK, Daemon, Service, until_signalled
 from nri_resmgr.errors import ConfigError, Fatal
 from nri_resmgr.nri import afterreply, tailtrace
+from nri_resmgr.policies import create_policy
 from nri_resmgr.resmgr.manager import ResourceManager
-from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policy import PolicyEnv
 
 if TYPE_CHECKING:  # imported where used: start-up without a cluster never needs them
-    from nri_resmgr.config.agent import ConfigAgent
+    from nri_resmgr.agent.agent import ConfigAgent
     from nri_resmgr.kube import KubeClient
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,8 @@ def build_services(
     agent: ConfigAgent | None = None,
     kube: KubeClient | None = None,
 ) -> list[Service]:
-    from nri_resmgr.instrumentation.setup import instrumentation_services
     from nri_resmgr.nri.service import NriService
+    from nri_resmgr.observability.setup import instrumentation_services
 
     services: list[Service] = [
         NriService(
@@ -112,7 +112,7 @@ async def run(options: Options) -> int:
         manager = make_manager(options, doc)
         log.info("policy %s configured from %s", manager.policy.name, options.config_file)
         return await run_daemon(options, manager, doc)
-    from nri_resmgr.config.agent import ConfigAgent
+    from nri_resmgr.agent.agent import ConfigAgent
     from nri_resmgr.kube import KubeClient, load_config
 
     async with KubeClient(load_config(options.kubeconfig or None)) as client:

@@ -31,15 +31,15 @@ PACKAGE = "nri_resmgr"
 UPSTREAM_SOURCES = {
     "resource-manager": "nri_resmgr.resmgr",
     "nri-plugin": "nri_resmgr.nri",
-    "policy": "nri_resmgr.resmgr.policies",
-    "cache": "nri_resmgr.resmgr.cache",
-    "agent": "nri_resmgr.config",
-    "config-manager": "nri_resmgr.config",
+    "policy": "nri_resmgr.policies",
+    "cache": "nri_resmgr.policies.allocations",
+    "agent": "nri_resmgr.agent",
+    "config-manager": "nri_resmgr.agent",
     "sysfs": "nri_resmgr.sysfs",
     "instrumentation": "nri_resmgr.instrumentation",
     "metrics": "nri_resmgr.instrumentation",
-    "balloons": "nri_resmgr.resmgr.policies.balloons",
-    "topology-aware": "nri_resmgr.resmgr.policies.topology_aware",
+    "balloons": "nri_resmgr.policies.balloons",
+    "topology-aware": "nri_resmgr.policies.topology_aware",
 }
 """nri-plugins logger sources and the logger of ours that does the same job."""
 

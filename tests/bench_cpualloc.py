@@ -1,6 +1,6 @@
 """CPU allocator benchmark (figures, not assertions): the time to pick exclusive CPUs from a
 fragmented free set, nri-plugins' rules (``cpuallocator``) against the old tightest-group
-picker (``cpualloc.pick_cpus``), on the 128-CPU bench machine and on s8c4k (4,096 CPUs)."""
+picker (``tight.pick_cpus``), on the 128-CPU bench machine and on s8c4k (4,096 CPUs)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from nri_resmgr.resmgr.cpualloc import pick_cpus
-from nri_resmgr.resmgr.cpuallocator import Priority, allocate_cpus
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpus import Priority, allocate_cpus
+from nri_resmgr.cpus.tight import pick_cpus
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.sim.synthetic import Layout, write_sysfs
 from nri_resmgr.sysfs import System, discover
-from nri_resmgr.sysfs.synthetic import Layout, write_sysfs
 
 MACHINES = {
     "128 CPUs": Layout(packages=2, nodes_per_die=2, cores_per_node=16, threads=2),

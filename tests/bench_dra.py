@@ -28,9 +28,9 @@ import trio_asyncio
 
 from nri_resmgr.config.models import DraConfig, TemplateSpec
 from nri_resmgr.dra.plugin import KubeletPlugin
+from nri_resmgr.policies.template import TemplatePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Container, Pod
-from nri_resmgr.resmgr.policies.template import TemplatePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
 from tests.dra.kubelet_client import generate_grpcio_stubs
 

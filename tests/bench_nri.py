@@ -19,7 +19,7 @@ import time
 
 import trio
 
-from nri_resmgr.nri.simulator import Simulator
+from nri_resmgr.sim.runtime import Simulator
 from tests.nri.helpers import container, make_manager, pod, running_service
 
 _PING = b"x" * 200

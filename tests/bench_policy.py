@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from nri_resmgr.config.models import BalloonType, PolicySpec
+from nri_resmgr.policies import create_policy
 from nri_resmgr.resmgr.model import Container, Pod
-from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policy import Policy, PolicyEnv
 from tests.policies.workload import (
     Runtime,

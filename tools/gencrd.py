@@ -1,7 +1,7 @@
 """Writes the generated files of the Helm charts: CRDs, values schemas and shared templates.
 
-    python tools/gencrd.py           # (re)write them
-    python tools/gencrd.py --check   # exit 1 if a committed file differs from a fresh one
+    python -m tools.gencrd           # (re)write them
+    python -m tools.gencrd --check   # exit 1 if a committed file differs from a fresh one
 
 For each chart helm/nri-resmgr-<policy>:
 - crds/config.nri_<plural>.yaml: the policy CRD, generated from the config models;
@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from nri_resmgr.config.models import SPEC_BY_POLICY
-from nri_resmgr.config.schema import (
+from tools.crdschema import (
     Schema,
     crd_for_policy,
     plural_of,
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         stale = stale_files()
         for path in stale:
-            print(f"stale: {path.relative_to(ROOT)} (run python tools/gencrd.py)", file=sys.stderr)
+            print(f"stale: {path.relative_to(ROOT)} (run python -m tools.gencrd)", file=sys.stderr)
         return 1 if stale else 0
     for path in write_all():
         print(f"wrote {path.relative_to(ROOT)}")

@@ -5,7 +5,7 @@ tried, killed (a test failed, or timed out), survived, and the kill rate over th
 tried. Mutants not yet run (a bounded run) are counted apart, never as survivors.
 
 ``--sample N --seed S MODULE`` prints a seeded random sample of N of MODULE's mutant names
-(``nri_resmgr.resmgr.policies.topology_aware.engine``), one a line, for a bounded run that
+(``nri_resmgr.policies.topology_aware.engine``), one a line, for a bounded run that
 someone else can repeat: ``mutmut run $(python tools/mutation_report.py --sample 160 ...)``.
 The names come from the meta files ``mutmut run`` writes first, so generate them once (a
 run interrupted after "Generating mutants" is enough).

@@ -1,4 +1,8 @@
-"""Configuration: the policy CR models and their strict YAML loader."""
+"""Configuration: the policy CR models and their strict YAML loader; no I/O beyond a file.
+
+Where configurations come from at run time (the cluster's config CRs, a watched file) is
+``nri_resmgr.agent``; the CRDs generated from these models, ``tools/crdschema.py``.
+"""
 
 from nri_resmgr.config.loader import dump_document, load_document, load_file, structure_spec
 from nri_resmgr.config.models import PolicyDocument, PolicySpec

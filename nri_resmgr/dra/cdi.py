@@ -14,9 +14,9 @@ import contextlib
 import json
 from pathlib import Path
 
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra.state import write_atomically
 from nri_resmgr.errors import ResmgrError
-from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import claim_env_name
 
 CDI_DIR = "/var/run/cdi"

@@ -25,13 +25,13 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra.cdi import CdiError, CdiWriter
 from nri_resmgr.dra.service import ClaimOutcome, ClaimRef, PreparedDevice
 from nri_resmgr.dra.state import ClaimRecord, ClaimStore, PreparedResult, StateError
 from nri_resmgr.errors import ResmgrError
 from nri_resmgr.kube import ApiResource, KubeObject, NotFound
 from nri_resmgr.kube.resources import RESOURCE_CLAIMS
-from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Device
 from nri_resmgr.resmgr.policy import ClaimError, Policy
 

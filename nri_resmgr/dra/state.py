@@ -29,8 +29,8 @@ from typing import Any
 
 import attrs
 
+from nri_resmgr.cpuset import CpuSet, CpuSetError
 from nri_resmgr.errors import ResmgrError
-from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,12 @@
-"""Instrumentation: the HTTP endpoint (/metrics, /healthz, /readyz) and what it reports.
+"""Instrumentation: what the daemon reports, kept by the code that knows it; no I/O.
 
 - ``metrics``: the Prometheus registry, request/config instruments, the policy collector;
+- ``prom``: the Prometheus client's side, imported only once metrics are exported;
 - ``health``: liveness and readiness conditions other services set;
-- ``endpoint``: parsing ``instrumentation.httpEndpoint``;
-- ``server``: the supervised HTTP service (hypercorn under trio), rebound on reconfigure.
+- ``exports``: what a policy exports about itself (gauges, NodeResourceTopology zones).
+
+The services that serve them (the HTTP endpoint, the NRT export) are in
+``nri_resmgr.observability``.
 """
 
 from nri_resmgr.instrumentation.health import READINESS, Readiness

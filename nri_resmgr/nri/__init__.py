@@ -1,1 +1,1 @@
-"""The NRI side of the daemon: the wire (mux, ttrpc), the plugin stub, and a runtime simulator."""
+"""The NRI side of the daemon: the wire (mux, ttrpc), and the plugin stub."""

@@ -15,9 +15,9 @@ from typing import Protocol
 import trio
 
 from nri_resmgr.config.models import PolicySpec
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.instrumentation.metrics import CHANGES, count_reload
-from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import (
     Adjustment,
     ClaimResult,

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import attrs
 
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ResmgrError
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.exports import PolicyGauge, TopologyZone
+from nri_resmgr.instrumentation.exports import PolicyGauge, TopologyZone
 from nri_resmgr.resmgr.model import (
     Adjustment,
     ClaimResult,

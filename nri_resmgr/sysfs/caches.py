@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.sysfs.cpudetails import Cache
 from nri_resmgr.sysfs.system import System
 

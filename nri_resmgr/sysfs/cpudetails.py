@@ -17,7 +17,7 @@ from pathlib import Path
 
 import attrs
 
-from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
+from nri_resmgr.cpuset import CpuSet, CpuSetError
 from nri_resmgr.sysfs.files import read_attr
 
 __all__ = ["Cache", "CoreKind", "CpuDetails", "Epp", "read_details"]

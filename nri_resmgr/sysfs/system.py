@@ -13,7 +13,7 @@ from pathlib import Path
 
 import attrs
 
-from nri_resmgr.resmgr.cpuset import CpuSet, CpuSetError
+from nri_resmgr.cpuset import CpuSet, CpuSetError
 from nri_resmgr.sysfs.cpudetails import CpuDetails, read_details
 from nri_resmgr.sysfs.files import read_attr
 

@@ -7,12 +7,12 @@ import contextlib
 import pytest
 import trio
 
-from nri_resmgr.config.schema import crd
 from nri_resmgr.kube import AlreadyExists, KubeClient
 from nri_resmgr.kube.resources import CUSTOM_RESOURCE_DEFINITIONS
 from tests.agent.fakekube import FakeKube
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import ServeFake, serve_fake  # noqa: F401  (fixture)
+from tools.crdschema import crd
 
 KIND = "TemplatePolicy"
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import trio
 
+from nri_resmgr.agent.agent import ConfigAgent
 from nri_resmgr.app import make_manager
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.cli import Options
-from nri_resmgr.config.agent import ConfigAgent
 from nri_resmgr.config.models import PolicyDocument
 from nri_resmgr.errors import ConfigError, Fatal
 from nri_resmgr.kube import KubeClient

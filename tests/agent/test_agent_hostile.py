@@ -7,7 +7,7 @@ import logging
 import pytest
 import trio
 
-from nri_resmgr.config.status import MAX_STATUS_ERROR_TEXT
+from nri_resmgr.agent.status import MAX_STATUS_ERROR_TEXT
 from tests.agent.test_agent import CRS, NODE, Fake, cpu, cr, entry_status, eventually, new_agent
 from tests.agent.test_agent import start as start_agent
 

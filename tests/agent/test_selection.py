@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from nri_resmgr.config.selection import (
+from nri_resmgr.agent.selection import (
     ConfigKey,
     GroupChoice,
     choose_group,
@@ -18,8 +18,8 @@ from nri_resmgr.config.selection import (
     node_cr_name,
     warn_deprecated,
 )
-from nri_resmgr.config.status import failure_entry, rfc3339, status_patch, success_entry
-from nri_resmgr.config.tracker import object_after
+from nri_resmgr.agent.status import failure_entry, rfc3339, status_patch, success_entry
+from nri_resmgr.agent.tracker import object_after
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.kube import EventType, WatchEvent
 

@@ -50,8 +50,8 @@ from nri_resmgr.nri import afterreply
 from nri_resmgr.nri.handlers import PLUGIN_SERVICE, PluginHandlers
 from nri_resmgr.nri.ttrpc import TtrpcServer
 from nri_resmgr.nri.ttrpc_codec import MSG_REQUEST, Message
+from nri_resmgr.policies import create_policy
 from nri_resmgr.resmgr.manager import ResourceManager
-from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policy import PolicyEnv
 from tests.bench import workload
 from tests.bench.contenders import TOPOLOGY_AWARE_CONFIG

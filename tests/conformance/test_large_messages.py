@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
-from nri_resmgr.sysfs.synthetic import Layout, write_sysfs
+from nri_resmgr.sim.synthetic import Layout, write_sysfs
 from tests.conformance import objects
 from tests.conformance.peer import Harness, pruned
 from tests.conformance.test_nri_conformance import cpus, running_daemon

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import attrs
 
-from nri_resmgr.sysfs.synthetic import FOUR_NUMA_DIES, N4C16, SPARSE, Layout, write_sysfs
-from nri_resmgr.sysfs.synthetic_cpu import (
+from nri_resmgr.sim.synthetic import FOUR_NUMA_DIES, N4C16, SPARSE, Layout, write_sysfs
+from nri_resmgr.sim.synthetic_cpu import (
     CacheSpec,
     link_numa_nodes,
     parse_cache_overrides,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.resmgr.cpuallocator import Priority, allocate_cpus, topology_of
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpus import Priority, allocate_cpus, topology_of
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.sysfs import System, discover
 from tests.cpuallocator.machines import MACHINES
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from nri_resmgr.sim.synthetic import N4C16, write_sysfs
 from nri_resmgr.sysfs import discover
 from nri_resmgr.sysfs.cpudetails import CoreKind
-from nri_resmgr.sysfs.synthetic import N4C16, write_sysfs
 
 P, E = CoreKind.PERFORMANCE, CoreKind.EFFICIENT
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.resmgr.cpualloc import PlacementError
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
-from nri_resmgr.sysfs.synthetic import N4C16, N4C16_ISOLATED, Layout, write_sysfs
-from nri_resmgr.sysfs.synthetic_cpu import write_cpufreq
+from nri_resmgr.sim.synthetic import N4C16, N4C16_ISOLATED, Layout, write_sysfs
+from nri_resmgr.sim.synthetic_cpu import write_cpufreq
 from tests.policies.workload import Runtime, guaranteed, topology_spec
 
 D = "resource-policy.nri.io"

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.policies.topology_aware.pools import build_pools
 from nri_resmgr.resmgr.model import Container
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
-from nri_resmgr.resmgr.policies.topology_aware.pools import build_pools
 from nri_resmgr.resmgr.policy import PolicyEnv
+from nri_resmgr.sim.synthetic import Layout, write_sysfs
+from nri_resmgr.sim.synthetic_cpu import CacheSpec, write_caches
 from nri_resmgr.sysfs import discover
-from nri_resmgr.sysfs.synthetic import Layout, write_sysfs
-from nri_resmgr.sysfs.synthetic_cpu import CacheSpec, write_caches
 from tests.cpuallocator.machines import MACHINES
 from tests.policies.workload import Runtime, burstable, guaranteed, topology_spec
 

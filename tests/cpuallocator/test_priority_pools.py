@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.resmgr.cpuallocator import Priority
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
-from nri_resmgr.resmgr.policies.topology_aware.cpuprefs import (
+from nri_resmgr.cpus import Priority
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.policies.topology_aware.cpuprefs import (
     priority_capacity,
     scoring_priorities,
 )
-from nri_resmgr.resmgr.policies.topology_aware.scoring import Ask, PoolScore, best
+from nri_resmgr.policies.topology_aware.scoring import Ask, PoolScore, best
 from nri_resmgr.resmgr.policy import PolicyEnv
+from nri_resmgr.sim.synthetic import N4C16, write_sysfs
+from nri_resmgr.sim.synthetic_cpu import write_core_kinds, write_cpufreq
 from nri_resmgr.sysfs import discover
-from nri_resmgr.sysfs.synthetic import N4C16, write_sysfs
-from nri_resmgr.sysfs.synthetic_cpu import write_core_kinds, write_cpufreq
 from tests.policies.workload import Runtime, besteffort, guaranteed, topology_spec
 
 D = "resource-policy.nri.io"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.resmgr.cpuallocator import Priority, allocate_cpus, release_cpus
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpus import Priority, allocate_cpus, release_cpus
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.sysfs import System, discover
 from tests.cpuallocator.machines import MACHINES
 
@@ -68,7 +68,7 @@ def test_releasing_keeps_what_an_allocation_of_the_rest_would_pick(
 
 
 def test_priorities_come_from_base_frequency_epp_and_core_kind(tmp_path: Path) -> None:
-    from nri_resmgr.resmgr.cpuallocator import topology_of
+    from nri_resmgr.cpus import topology_of
 
     for name, high, normal, low in (
         ("n4c16", "", "0-15", ""),

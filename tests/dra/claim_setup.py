@@ -16,9 +16,9 @@ from nri_resmgr.dra.claims import ClaimPreparer
 from nri_resmgr.dra.service import ClaimRef
 from nri_resmgr.dra.state import ClaimStore
 from nri_resmgr.kube import ApiResource, KubeObject, NotFound
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Container, Pod, Update, claim_env_name
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
 from tests.policies.workload import Runtime, topology_spec
 from tests.sysfs.fakesys import N4C16, write_sysfs

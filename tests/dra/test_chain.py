@@ -30,7 +30,7 @@ import attrs
 import pytest
 import trio
 
-from nri_resmgr.config.schema import crd
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra.publisher import resource_slices
 from nri_resmgr.kube import AlreadyExists, KubeClient, NotFound
 from nri_resmgr.kube.resources import (
@@ -41,8 +41,7 @@ from nri_resmgr.kube.resources import (
     RESOURCE_CLAIMS,
     TOPOLOGY_AWARE_POLICIES,
 )
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.sysfs.synthetic import N4C16, write_sysfs
+from nri_resmgr.sim.synthetic import N4C16, write_sysfs
 from tests.conformance import objects
 from tests.conformance.build import HARNESS_V012, BuildError, ensure_binary
 from tests.conformance.peer import Harness, open_harness
@@ -52,6 +51,7 @@ from tests.dra.kubelet_peer import kubelet_peer, peer_binary
 from tests.dra.scheduler import Scheduler, schedulable_node, start_scheduler
 from tests.kube.apiserver import ApiServer
 from tests.peers import missing_peer
+from tools.crdschema import crd
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra import state
 from nri_resmgr.dra.state import ClaimStore, write_atomically
 from nri_resmgr.kube import Unavailable
-from nri_resmgr.resmgr.cpuset import CpuSet
 from tests.dra.claim_setup import NODE, Node, claim_object, make_node
 from tests.policies.workload import besteffort, guaranteed
 

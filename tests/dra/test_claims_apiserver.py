@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from nri_resmgr.backoff import Backoff
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra.cdi import CdiWriter
 from nri_resmgr.dra.claims import ClaimPreparer
 from nri_resmgr.dra.publisher import SlicePublisher, resource_slices
@@ -22,7 +23,6 @@ from nri_resmgr.dra.state import ClaimStore
 from nri_resmgr.kube import KubeClient
 from nri_resmgr.kube.config import ClusterConfig
 from nri_resmgr.kube.resources import NODES, RESOURCE_CLAIMS
-from nri_resmgr.resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Device
 from tests.dra.claim_setup import DRIVER, NODE, make_node
 from tests.kube.apiserver import ApiServer, free_port

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra.cdi import CDI_VERSION
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.nri import convert
-from nri_resmgr.resmgr.cpuset import CpuSet
 from tests.dra.claim_setup import DRIVER, claim_object, env_line, make_node, with_claim_env
 from tests.policies.workload import besteffort, guaranteed, topology_spec
 

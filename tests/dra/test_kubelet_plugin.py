@@ -13,8 +13,8 @@ import pytest
 import trio
 
 from nri_resmgr.dra.plugin import driver_name_for
+from nri_resmgr.policies.template import TemplatePolicy
 from nri_resmgr.resmgr.model import ClaimResult
-from nri_resmgr.resmgr.policies.template import TemplatePolicy
 from tests.dra.conftest import (
     DRIVER,
     NODE,

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from nri_resmgr.cli import parse_options
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra import setup, state
 from nri_resmgr.dra.state import ClaimRecord, ClaimStore, PreparedResult, on_tmpfs
-from nri_resmgr.resmgr.cpuset import CpuSet
 
 SHM = Path("/dev/shm")
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import trio
 
+from nri_resmgr.agent.filewatch import ConfigFileWatcher
 from nri_resmgr.config import load_file
-from nri_resmgr.config.filewatch import ConfigFileWatcher
+from nri_resmgr.policies.template import TemplatePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
-from nri_resmgr.resmgr.policies.template import TemplatePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
 
 HEADER = "apiVersion: config.nri/v1alpha1\nkind: TemplatePolicy\nspec:\n"

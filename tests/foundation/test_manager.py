@@ -11,10 +11,10 @@ import trio.testing
 from nri_resmgr.config.loader import structure_spec
 from nri_resmgr.config.models import PolicySpec
 from nri_resmgr.errors import ConfigError
+from nri_resmgr.policies import create_policy
+from nri_resmgr.policies.template import TemplatePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Adjustment, ClaimResult, Container, Pod, Update
-from nri_resmgr.resmgr.policies import create_policy
-from nri_resmgr.resmgr.policies.template import TemplatePolicy
 from nri_resmgr.resmgr.policy import PolicyBase, PolicyEnv
 
 

@@ -38,7 +38,7 @@ NOT_SCHEMA = {"bad-yaml.yaml": "not YAML at all: the client fails before any req
 
 
 def test_committed_chart_files_equal_freshly_generated() -> None:
-    assert stale_files() == [], "run: python tools/gencrd.py"
+    assert stale_files() == [], "run: python -m tools.gencrd"
 
 
 @pytest.mark.parametrize("policy", POLICIES)

@@ -17,14 +17,14 @@ import pytest
 import trio
 
 from nri_resmgr.kube import AlreadyExists, KubeClient, NotFound
-from nri_resmgr.kube.nrt import NODE_RESOURCE_TOPOLOGIES
 from nri_resmgr.kube.resources import (
     CUSTOM_RESOURCE_DEFINITIONS,
     NAMESPACES,
     NODES,
     TOPOLOGY_AWARE_POLICIES,
 )
-from nri_resmgr.sysfs.synthetic import N4C16, write_sysfs
+from nri_resmgr.observability.nrt import NODE_RESOURCE_TOPOLOGIES
+from nri_resmgr.sim.synthetic import N4C16, write_sysfs
 from tests.agent.test_agent_integration import unique
 from tests.kube.apiserver import ApiServer
 from tests.kube.nrt_crd import nrt_crd

@@ -12,7 +12,8 @@ import sys
 import trio
 from nri_resmgr import app, cli  # the daemon's start-up path
 from nri_resmgr.config.models import InstrumentationConfig, TemplateSpec
-from nri_resmgr.instrumentation import metrics, setup
+from nri_resmgr.instrumentation import metrics
+from nri_resmgr.observability import setup
 
 async def echo(payload: bytes) -> bytes:
     return payload

@@ -11,7 +11,7 @@ import pytest
 from nri_resmgr import log as logconfig
 from nri_resmgr.config.models import InstrumentationConfig, KlogConfig, LogConfig, TemplateSpec
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.instrumentation.setup import declare_not_applied
+from nri_resmgr.observability.setup import declare_not_applied
 
 
 @pytest.fixture(autouse=True)

@@ -9,11 +9,11 @@ import trio
 import trio.testing
 
 from nri_resmgr.backoff import Backoff
+from nri_resmgr.instrumentation.exports import TopologyZone, ZoneResource
 from nri_resmgr.instrumentation.metrics import ChangeSignal
 from nri_resmgr.kube import KubeObject, NotFound, Unavailable
-from nri_resmgr.kube.nrt import NrtExporter
 from nri_resmgr.kube.resources import ApiResource
-from nri_resmgr.resmgr.exports import TopologyZone, ZoneResource
+from nri_resmgr.observability.nrt import NrtExporter
 
 
 class MemoryApi:

@@ -11,11 +11,11 @@ from grpclib.exceptions import GRPCError
 from nri_resmgr._gen import pluginregistration as pb
 from nri_resmgr.config.models import BalloonType
 from nri_resmgr.dra.registration import Registrar
+from nri_resmgr.instrumentation.exports import PolicyGauge
 from nri_resmgr.instrumentation.health import READINESS
-from nri_resmgr.resmgr.exports import PolicyGauge
-from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
-from nri_resmgr.resmgr.policies.template import TemplatePolicy
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.policies.balloons import BalloonsPolicy
+from nri_resmgr.policies.template import TemplatePolicy
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from tests.policies.workload import balloons_spec, guaranteed, start, topology_spec
 from tests.sysfs.fakesys import N4C16
 

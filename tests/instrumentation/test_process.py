@@ -14,9 +14,9 @@ import httpx
 import pytest
 import trio
 
-from nri_resmgr.nri.sim_plugin import SimPlugin
-from nri_resmgr.nri.simulator import Simulator
-from nri_resmgr.sysfs.synthetic import N4C16, write_sysfs
+from nri_resmgr.sim.connection import SimPlugin
+from nri_resmgr.sim.runtime import Simulator
+from nri_resmgr.sim.synthetic import N4C16, write_sysfs
 from tests.reliability.daemon_proc import daemon_process
 from tests.reliability.soak import cycle, discard_updates
 

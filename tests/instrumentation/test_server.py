@@ -15,12 +15,12 @@ import trio
 from nri_resmgr.config.models import InstrumentationConfig, PolicySpec, TemplateSpec
 from nri_resmgr.dra.service import ClaimRef, ClaimService
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.instrumentation.endpoint import parse_endpoint
 from nri_resmgr.instrumentation.health import Readiness
 from nri_resmgr.instrumentation.metrics import CONFIG_RELOADS, DRA_REQUESTS, REGISTRY
-from nri_resmgr.instrumentation.server import HttpService
+from nri_resmgr.observability.endpoint import parse_endpoint
+from nri_resmgr.observability.server import HttpService
+from nri_resmgr.policies import create_policy
 from nri_resmgr.resmgr.manager import ResourceManager
-from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policy import PolicyEnv
 
 

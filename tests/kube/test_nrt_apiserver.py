@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import trio
 
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.kube import AlreadyExists, KubeClient, NotFound
-from nri_resmgr.kube.nrt import NODE_RESOURCE_TOPOLOGIES, NrtExporter
 from nri_resmgr.kube.resources import CUSTOM_RESOURCE_DEFINITIONS
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.observability.nrt import NODE_RESOURCE_TOPOLOGIES, NrtExporter
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import Policy
 from tests.kube.apiserver import ApiServer
 from tests.kube.nrt_crd import nrt_crd

@@ -11,9 +11,9 @@ from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.config.models import TemplateSpec
 from nri_resmgr.nri.service import NriService
+from nri_resmgr.policies.template import TemplatePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
-from nri_resmgr.resmgr.policies.template import TemplatePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
 
 

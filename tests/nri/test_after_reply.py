@@ -16,8 +16,8 @@ import trio
 from nri_resmgr.log import AfterReplyHandler, info_later
 from nri_resmgr.nri import afterreply
 from nri_resmgr.nri.mux import Mux
-from nri_resmgr.nri.simulator import Simulator
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
+from nri_resmgr.sim.runtime import Simulator
 from tests.nri.helpers import PinningPolicy, container, make_manager, pod, running_service
 
 GUARD = 10  # a hang guard only

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from nri_resmgr.demo import run_demo
+from nri_resmgr.sim.demo import run_demo
 
 
 def table(text: str) -> dict[str, list[str]]:

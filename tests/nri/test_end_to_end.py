@@ -9,9 +9,9 @@ import trio
 
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.nri.events import event_bit
-from nri_resmgr.nri.sim_plugin import SimConfig
-from nri_resmgr.nri.simulator import Simulator
 from nri_resmgr.resmgr.model import Adjustment, Update
+from nri_resmgr.sim.connection import SimConfig
+from nri_resmgr.sim.runtime import Simulator
 from tests.nri.helpers import PinningPolicy, container, make_manager, pod, running_service
 
 # A hang guard only: every step here finishes in milliseconds when the code works.

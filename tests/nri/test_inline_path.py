@@ -6,8 +6,8 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from nri_resmgr.nri.simulator import Simulator
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
+from nri_resmgr.sim.runtime import Simulator
 from tests.nri.helpers import PinningPolicy, container, make_manager, pod, running_service
 
 GUARD = 10  # a hang guard only

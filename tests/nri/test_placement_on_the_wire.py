@@ -11,13 +11,13 @@ from pathlib import Path
 
 import trio
 
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.nri import convert
-from nri_resmgr.nri.simulator import Simulator
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
-from nri_resmgr.sysfs.synthetic import Layout, write_sysfs
+from nri_resmgr.sim.runtime import Simulator
+from nri_resmgr.sim.synthetic import Layout, write_sysfs
 from tests.nri.helpers import running_service
 from tests.policies.workload import besteffort, guaranteed, topology_spec
 

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from nri_resmgr.nri import tailtrace
-from nri_resmgr.nri.simulator import Simulator
+from nri_resmgr.sim.runtime import Simulator
 from tests.nri.helpers import container, make_manager, pod, running_service
 
 

@@ -14,9 +14,9 @@ from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.nri.errors import Code, RpcError
 from nri_resmgr.nri.handlers import PLUGIN_SERVICE
 from nri_resmgr.nri.mux import Mux, encode_frames
-from nri_resmgr.nri.simulator import Simulator
 from nri_resmgr.nri.ttrpc import TtrpcClient, TtrpcServer, unary
 from nri_resmgr.nri.ttrpc_codec import MSG_REQUEST, Message, encode_message
+from nri_resmgr.sim.runtime import Simulator
 from tests.nri.helpers import container, make_manager, pod, running_service
 
 GUARD = 10

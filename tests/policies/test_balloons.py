@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from nri_resmgr.config.models import BalloonType
+from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.resmgr.cpualloc import PlacementError
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.policies import create_policy
+from nri_resmgr.policies.balloons import BalloonsPolicy
+from nri_resmgr.policies.balloons.types import BalloonsError
 from nri_resmgr.resmgr.model import Container
-from nri_resmgr.resmgr.policies import create_policy
-from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
-from nri_resmgr.resmgr.policies.balloons.types import BalloonsError
 from nri_resmgr.resmgr.policy import PolicyEnv
 from tests.policies.workload import (
     Runtime,

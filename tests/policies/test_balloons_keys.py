@@ -20,12 +20,12 @@ from nri_resmgr.config.models import (
     PolicySpec,
 )
 from nri_resmgr.config.notapplied import leaf_paths
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.policies.balloons import BalloonsPolicy
+from nri_resmgr.policies.balloons.keys import APPLIED, NOT_APPLIED
+from nri_resmgr.policies.subject import container_subject
 from nri_resmgr.resmgr.model import Resources
-from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
-from nri_resmgr.resmgr.policies.balloons.keys import APPLIED, NOT_APPLIED
-from nri_resmgr.resmgr.subject import container_subject
 from tests.policies.workload import (
     Runtime,
     balloons_spec,

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from nri_resmgr.config.models import BalloonType
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
+from nri_resmgr.policies.balloons import BalloonsPolicy
 from tests.policies.workload import Runtime, balloons_spec, guaranteed, start
 from tests.sysfs.fakesys import N4C16, N6_HBM_CXL, Layout
 

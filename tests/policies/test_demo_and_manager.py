@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
-from nri_resmgr.resmgr.policies.demo import demo
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
+from nri_resmgr.sim.demo_workload import demo
 from tests.policies.workload import besteffort, guaranteed, running, topology_spec
 from tests.sysfs.fakesys import N4C16, write_sysfs
 

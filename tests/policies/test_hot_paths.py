@@ -12,7 +12,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from nri_resmgr.resmgr.cache import (
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.allocations import (
     Allocation,
     AllocationCache,
     Kind,
@@ -21,10 +22,9 @@ from nri_resmgr.resmgr.cache import (
     _plus,
     follow,
 )
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy, cpusets
+from nri_resmgr.policies.topology_aware.preferences import Want
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy, cpusets
-from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
 from nri_resmgr.resmgr.policy import PolicyEnv
 from tests.policies.workload import besteffort, burstable, guaranteed, topology_spec
 from tests.sysfs.fakesys import Layout, write_sysfs

@@ -17,13 +17,13 @@ from typing import Any
 import attrs
 import pytest
 
-from nri_resmgr.resmgr.cache import Allocation, Kind
-from nri_resmgr.resmgr.cpualloc import PlacementError
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.allocations import Allocation, Kind
+from nri_resmgr.policies.balloons import BalloonsPolicy
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Container, Update
-from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
 from tests.policies.workload import (
     Runtime,

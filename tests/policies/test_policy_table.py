@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from nri_resmgr.resmgr.policies import POLICIES, create_policy
+from nri_resmgr.policies import POLICIES, create_policy
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
@@ -22,11 +22,11 @@ def test_an_unknown_name_is_refused_with_the_known_ones() -> None:
 
 def test_a_daemon_of_one_policy_does_not_import_the_others() -> None:
     probe = (
-        "import sys; from nri_resmgr.resmgr.policies import create_policy; "
+        "import sys; from nri_resmgr.policies import create_policy; "
         "create_policy('topology-aware'); "
-        "print(sorted(m for m in sys.modules if m.startswith('nri_resmgr.resmgr.policies.')))"
+        "print(sorted(m for m in sys.modules if m.startswith('nri_resmgr.policies.')))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     loaded = out.stdout
-    assert "nri_resmgr.resmgr.policies.topology_aware" in loaded
+    assert "nri_resmgr.policies.topology_aware" in loaded
     assert "policies.balloons" not in loaded

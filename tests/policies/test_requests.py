@@ -2,14 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from nri_resmgr.resmgr.model import Container, Pod, Resources
-from nri_resmgr.resmgr.requests import (
+from nri_resmgr.policies.requests import (
     QoS,
     container_request,
     milli_cpu_to_shares,
     quota_to_milli_cpu,
     shares_to_milli_cpu,
 )
+from nri_resmgr.resmgr.model import Container, Pod, Resources
 
 
 @pytest.mark.parametrize(

@@ -13,13 +13,13 @@ from pathlib import Path
 import attrs
 import pytest
 
-from nri_resmgr.resmgr.cache import Allocation, AllocationCache, Kind
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.allocations import Allocation, AllocationCache, Kind
+from nri_resmgr.policies.hardware import reported_cpuset
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.policies.topology_aware.memory import memory_want
+from nri_resmgr.policies.topology_aware.memzones import MemoryAllocator
 from nri_resmgr.resmgr.model import Container, ContainerState, Resources
-from nri_resmgr.resmgr.policies.hardware import reported_cpuset
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
-from nri_resmgr.resmgr.policies.topology_aware.memory import memory_want
-from nri_resmgr.resmgr.policies.topology_aware.memzones import MemoryAllocator
 from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.sysfs import discover
 from tests.policies.workload import Runtime, pod, resources, start, topology_spec

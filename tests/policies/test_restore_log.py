@@ -9,12 +9,12 @@ from pathlib import Path
 import attrs
 import pytest
 
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.model import ContainerState
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from tests.policies.workload import besteffort, start, topology_spec
 from tests.sysfs.fakesys import TOPOLOGIES
 
-RESTORE = "nri_resmgr.resmgr.policies.topology_aware.restore"
+RESTORE = "nri_resmgr.policies.topology_aware.restore"
 
 
 def test_one_info_line_for_all_re_allocated_containers_and_each_at_debug(

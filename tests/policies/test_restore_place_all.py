@@ -14,9 +14,9 @@ from pathlib import Path
 import attrs
 import pytest
 
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy, batch
+from nri_resmgr.policies.topology_aware.preferences import Want
 from nri_resmgr.resmgr.model import Container, Pod, Resources, Update
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy, batch
-from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
 from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.sysfs.system import System
 from tests.policies.workload import (

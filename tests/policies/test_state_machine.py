@@ -32,14 +32,14 @@ from hypothesis import HealthCheck, Phase, assume, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from nri_resmgr.config.models import BalloonType, PolicySpec
+from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.resmgr.cache import Allocation, Kind
-from nri_resmgr.resmgr.cpualloc import PlacementError
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.policies.allocations import Allocation, Kind
+from nri_resmgr.policies.balloons import BalloonsPolicy
+from nri_resmgr.policies.hardware import HardwarePolicy
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.model import Container, ContainerState, Resources
-from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
-from nri_resmgr.resmgr.policies.hardware import HardwarePolicy
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.sysfs import System
 from tests.policies.workload import (

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.policies import create_policy
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.policies import create_policy
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from tests.policies.workload import (
     Runtime,
     besteffort,

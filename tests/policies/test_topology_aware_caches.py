@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.resmgr.cpuallocator import Priority, allocate_cpus
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpus import Priority, allocate_cpus
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.model import Container, Pod
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.sysfs import discover
 from tests.cpuallocator.machines import MACHINES

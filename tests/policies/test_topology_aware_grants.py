@@ -14,8 +14,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from nri_resmgr.resmgr.cpualloc import PlacementError
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Container, Pod
 from tests.policies.test_topology_aware import (
     EXCL,

@@ -15,17 +15,16 @@ import attrs
 import pytest
 
 from nri_resmgr.config import notapplied
-from nri_resmgr.resmgr.cpualloc import PlacementError
-from nri_resmgr.resmgr.cpuallocator import Priority
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.model import Container, DeviceNode, Pod
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
-from nri_resmgr.resmgr.policies.topology_aware.hint_sources import (
+from nri_resmgr.cpus import Priority
+from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.policies.topology_aware.hint_sources import (
     PathList,
     container_hints,
     denied,
 )
-from nri_resmgr.resmgr.policies.topology_aware.hints import (
+from nri_resmgr.policies.topology_aware.hints import (
     ContainerHints,
     Granted,
     Hint,
@@ -38,8 +37,9 @@ from nri_resmgr.resmgr.policies.topology_aware.hints import (
     strict_failure,
     take_cpus,
 )
-from nri_resmgr.resmgr.policies.topology_aware.pools import build_pools
-from nri_resmgr.resmgr.policies.topology_aware.scoring import Ask, PoolScore, compare
+from nri_resmgr.policies.topology_aware.pools import build_pools
+from nri_resmgr.policies.topology_aware.scoring import Ask, PoolScore, compare
+from nri_resmgr.resmgr.model import Container, DeviceNode, Pod
 from nri_resmgr.resmgr.policy import PolicyEnv
 from nri_resmgr.sysfs import System, discover
 from tests.policies.workload import Runtime, container, pod, running, start, topology_spec
@@ -316,7 +316,7 @@ def test_take_cpus_by_pod_resource_hints(
     free = cs("8-15")
     got = take_cpus(sys, free, ContainerHints(hints, pick=True), count, Priority.NONE)
     if expected == "plain":
-        from nri_resmgr.resmgr.cpuallocator import allocate_cpus
+        from nri_resmgr.cpus import allocate_cpus
 
         assert got == allocate_cpus(sys, free, count, Priority.NONE)
     else:
@@ -444,7 +444,7 @@ def devices(tmp_path: Path) -> Path:
 
 
 def _dev_hints(root: Path, *nodes: DeviceNode, deny: str = "") -> list[Hint]:
-    from nri_resmgr.resmgr.policies.topology_aware.device_hints import device_hints
+    from nri_resmgr.policies.topology_aware.device_hints import device_hints
 
     return device_hints(str(root), nodes, lambda p: bool(deny) and p.startswith(deny))
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.model import Container, ContainerState, Pod
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.sysfs import MemoryType, discover
 from tests.policies.workload import Runtime, pod, resources, start, topology_spec
 from tests.sysfs.fakesys import GIB, N4C16, N6_HBM_CXL, Layout, MemoryNode, write_sysfs

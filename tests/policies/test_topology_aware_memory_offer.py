@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.model import Container, ContainerState
-from nri_resmgr.resmgr.oomscore import (
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.oomscore import (
     GUARANTEED_OOM_SCORE_ADJ,
     burstable_oom_score_adj,
     memory_request,
 )
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.resmgr.model import Container, ContainerState
 from nri_resmgr.sysfs import discover
 from tests.policies.workload import Runtime, pod, resources, start, topology_spec
 from tests.sysfs.fakesys import GIB, N4C16

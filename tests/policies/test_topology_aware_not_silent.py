@@ -11,11 +11,11 @@ import pytest
 
 from nri_resmgr.config.models import Constraints
 from nri_resmgr.config.notapplied import _reported
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
-from nri_resmgr.sysfs.synthetic import N4C16, write_sysfs
-from nri_resmgr.sysfs.synthetic_cpu import write_cpufreq
+from nri_resmgr.sim.synthetic import N4C16, write_sysfs
+from nri_resmgr.sim.synthetic_cpu import write_cpufreq
 from tests.policies.workload import Runtime, guaranteed, topology_spec
 
 D = "resource-policy.nri.io"

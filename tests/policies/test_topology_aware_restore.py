@@ -7,9 +7,9 @@ from pathlib import Path
 import attrs
 import pytest
 
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.model import ContainerState, Resources
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
 from tests.policies.workload import (
     Runtime,

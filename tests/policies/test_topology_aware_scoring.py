@@ -14,24 +14,24 @@ from typing import Any
 
 import pytest
 
-from nri_resmgr.resmgr.annotations import lookup_bool, parse_bool
-from nri_resmgr.resmgr.cache import Kind
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.model import Container, Pod
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
-from nri_resmgr.resmgr.policies.topology_aware.affinity import (
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.allocations import Kind
+from nri_resmgr.policies.annotations import lookup_bool, parse_bool
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.policies.topology_aware.affinity import (
     AffinityError,
     container_affinities,
     pool_score,
 )
-from nri_resmgr.resmgr.policies.topology_aware.preferences import Want
-from nri_resmgr.resmgr.policies.topology_aware.scoring import (
+from nri_resmgr.policies.topology_aware.preferences import Want
+from nri_resmgr.policies.topology_aware.scoring import (
     Ask,
     PoolScore,
     best,
     compare,
     find_existing_level,
 )
+from nri_resmgr.resmgr.model import Container, Pod
 from tests.policies.workload import (
     Runtime,
     besteffort,

@@ -10,9 +10,9 @@ from typing import Any
 import attrs
 
 from nri_resmgr.config.models import BalloonsSpec, Constraints, PolicySpec, TopologyAwareSpec
+from nri_resmgr.policies.requests import milli_cpu_to_shares
 from nri_resmgr.resmgr.model import Container, ContainerState, Pod, Resources, Update
 from nri_resmgr.resmgr.policy import Policy, PolicyEnv
-from nri_resmgr.resmgr.requests import milli_cpu_to_shares
 from tests.sysfs.fakesys import Layout, write_sysfs
 
 PERIOD = 100_000

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.sysfs.synthetic import N4C16, write_sysfs
+from nri_resmgr.sim.synthetic import N4C16, write_sysfs
 
 # Shared fixtures: the agent's FakeKube and fake server, the Go NRI harness, the DRA tests'
 # asyncio loop under trio and grpcio "kubelet" stubs.

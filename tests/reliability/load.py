@@ -20,7 +20,7 @@ import trio
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.nri.errors import ConnectionLost, RpcError
 from nri_resmgr.nri.handlers import PLUGIN_SERVICE
-from nri_resmgr.nri.sim_plugin import SimPlugin
+from nri_resmgr.sim.connection import SimPlugin
 from tests.dra.kubelet_client import KubeletStubs
 from tests.reliability.soak import CTR_ID, POD_ID, TEMPLATES, UID
 

@@ -24,9 +24,9 @@ import trio
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.nri import convert
 from nri_resmgr.nri.handlers import PLUGIN_SERVICE
-from nri_resmgr.nri.sim_plugin import SimPlugin
-from nri_resmgr.nri.simulator import Simulator
-from nri_resmgr.sysfs.synthetic import N4C16, write_sysfs
+from nri_resmgr.sim.connection import SimPlugin
+from nri_resmgr.sim.runtime import Simulator
+from nri_resmgr.sim.synthetic import N4C16, write_sysfs
 from tests.policies.workload import resources
 from tests.reliability.daemon_proc import daemon_process, rss_kib
 

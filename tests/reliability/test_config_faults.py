@@ -17,10 +17,10 @@ from typing import Any
 import attrs
 import trio
 
+from nri_resmgr.agent.agent import ConfigAgent
 from nri_resmgr.app import make_manager
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.cli import Options
-from nri_resmgr.config.agent import ConfigAgent
 from nri_resmgr.config.models import PolicyDocument
 from nri_resmgr.kube import KubeClient
 from nri_resmgr.resmgr.manager import ResourceManager

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.daemon import EXIT_OK, Daemon
 from nri_resmgr.dra.plugin import KubeletPlugin
 from nri_resmgr.nri.service import NriService
-from nri_resmgr.nri.simulator import Simulator
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.sim.runtime import Simulator
 from tests.dra.kubelet_client import KubeletStubs
 from tests.reliability.load import (
     DraLoad,

@@ -14,10 +14,10 @@ import trio
 import trio.testing
 
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
-from nri_resmgr.nri.simulator import Simulator
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
+from nri_resmgr.sim.runtime import Simulator
 from tests.reliability.workload import (
     allocations,
     inconsistencies,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from nri_resmgr.sysfs.synthetic import N4C16, write_sysfs
+from nri_resmgr.sim.synthetic import N4C16, write_sysfs
 from tests.conformance import objects
 from tests.conformance.peer import Harness
 from tests.conformance.test_nri_conformance import cpus, running_daemon

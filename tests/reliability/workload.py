@@ -18,14 +18,14 @@ import trio
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.config.models import Constraints, TopologyAwareSpec
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.nri import convert
 from nri_resmgr.nri.service import NriService
-from nri_resmgr.nri.simulator import Simulator
-from nri_resmgr.resmgr.cache import Allocation
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.policies.allocations import Allocation
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
+from nri_resmgr.sim.runtime import Simulator
 from tests.policies.workload import besteffort, burstable, guaranteed
 
 _names = itertools.count()

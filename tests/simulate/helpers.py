@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from nri_resmgr.config import PolicyDocument
-from nri_resmgr.simulate import SimulationResult, open_machine, parse_workload, simulate
-from nri_resmgr.simulate.command import load_config
+from nri_resmgr.sim.command import load_config
+from nri_resmgr.sim.machine import open_machine
+from nri_resmgr.sim.records import SimulationResult
+from nri_resmgr.sim.runner import simulate
+from nri_resmgr.sim.workload import parse_workload
 from tests.simulate.reference import Reference, run_reference
 
 DATA = Path(__file__).parent / "data"

@@ -14,11 +14,11 @@ import attrs
 
 from nri_resmgr.config import PolicyDocument
 from nri_resmgr.errors import ConfigError
+from nri_resmgr.policies import create_policy
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
-from nri_resmgr.resmgr.policies import create_policy
 from nri_resmgr.resmgr.policy import Policy, PolicyEnv
-from nri_resmgr.simulate.kubelet import nri_pod
-from nri_resmgr.simulate.workload import AddPod, ChangeConfig, RemovePods, Role, Workload
+from nri_resmgr.sim.kubelet import nri_pod
+from nri_resmgr.sim.workload import AddPod, ChangeConfig, RemovePods, Role, Workload
 from nri_resmgr.sysfs import discover
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from nri_resmgr.policies.requests import QoS, container_request
 from nri_resmgr.quantity import QuantityError, cpu_milli, memory_bytes
-from nri_resmgr.resmgr.requests import QoS, container_request
-from nri_resmgr.simulate.kubelet import nri_pod, qos_class
-from nri_resmgr.simulate.workload import AddPod, PodSpec, parse_workload
+from nri_resmgr.sim.kubelet import nri_pod, qos_class
+from nri_resmgr.sim.workload import AddPod, PodSpec, parse_workload
 
 MI = 1 << 20
 

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.simulate import open_machine, parse_workload, simulate
-from nri_resmgr.simulate.plot import PlotError, plot, require_matplotlib
+from nri_resmgr.sim.machine import open_machine
+from nri_resmgr.sim.plot import PlotError, plot, require_matplotlib
+from nri_resmgr.sim.runner import simulate
+from nri_resmgr.sim.workload import parse_workload
 from tests.simulate.helpers import TOPOLOGY_AWARE, WORKLOAD, config, run_cli
 
 

@@ -9,15 +9,18 @@ from pathlib import Path
 import pytest
 import trio
 
+from nri_resmgr import policies
 from nri_resmgr.config.models import PolicySpec
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.resmgr import policies
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
-from nri_resmgr.simulate import Status, open_machine, parse_workload, simulate
-from nri_resmgr.simulate.report import render_table
+from nri_resmgr.sim.machine import open_machine
+from nri_resmgr.sim.records import Status
+from nri_resmgr.sim.report import render_table
+from nri_resmgr.sim.runner import simulate
+from nri_resmgr.sim.workload import parse_workload
 from tests.simulate.helpers import (
     TOPOLOGY_AWARE,
     WORKLOAD,
@@ -243,7 +246,7 @@ def test_a_helm_values_file_needs_the_policy_named() -> None:
     from tests.simulate.helpers import BALLOONS_VALUES
 
     with pytest.raises(ConfigError, match="add --policy"):
-        from nri_resmgr.simulate.command import load_config
+        from nri_resmgr.sim.command import load_config
 
         load_config(str(BALLOONS_VALUES))
 
@@ -253,7 +256,7 @@ class _Noting(TopologyAwarePolicy):
 
     def setup(self, spec: PolicySpec, env: PolicyEnv) -> None:
         super().setup(spec, env)
-        logging.getLogger("nri_resmgr.resmgr.policies").warning("spec.x: accepted, not applied")
+        logging.getLogger("nri_resmgr.policies").warning("spec.x: accepted, not applied")
 
 
 async def test_what_the_policy_says_at_load_is_reported(

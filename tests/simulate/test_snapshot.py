@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.simulate.snapshot import (
+from nri_resmgr.sim.snapshot import (
     MANIFEST,
     PATTERNS,
     SnapshotError,
     extract_snapshot,
     take_snapshot,
 )
+from nri_resmgr.sim.synthetic import TOPOLOGIES, write_sysfs
 from nri_resmgr.sysfs import discover
-from nri_resmgr.sysfs.synthetic import TOPOLOGIES, write_sysfs
 from tests.simulate.helpers import TOPOLOGY_AWARE, WORKLOAD, run_cli
 
 

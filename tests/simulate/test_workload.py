@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_resmgr.simulate.workload import (
+from nri_resmgr.sim.workload import (
     AddPod,
     ChangeConfig,
     RemovePods,

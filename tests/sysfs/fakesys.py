@@ -1,6 +1,6 @@
 """Synthetic sysfs trees for tests (the writer lives in the package, for the demo too)."""
 
-from nri_resmgr.sysfs.synthetic import (
+from nri_resmgr.sim.synthetic import (
     FOUR_NUMA_DIES,
     GIB,
     N4C16,

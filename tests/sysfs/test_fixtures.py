@@ -1,4 +1,4 @@
-"""Discovery on sysfs trees not written by ``sysfs/synthetic.py``: one copied from a real
+"""Discovery on sysfs trees not written by ``sim/synthetic.py``: one copied from a real
 machine and four written by hand (``tests/sysfs/fixtures/*/sys``).
 
 Every expectation below was read off the fixture files by hand (or, for the copied tree,
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.sysfs import discover
 from nri_resmgr.sysfs.system import System
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.sysfs import SysfsError, discover
 from tests.sysfs.fakesys import FOUR_NUMA_DIES, N4C16, N4C16_ISOLATED, SPARSE, Layout, write_sysfs
 

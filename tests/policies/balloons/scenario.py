@@ -11,10 +11,10 @@ from typing import Any
 import attrs
 
 from nri_resmgr.config.loader import structure_spec
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.balloons import BalloonsPolicy
+from nri_resmgr.policies.balloons.types import BalloonsError
 from nri_resmgr.resmgr.model import Container, Pod
-from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
-from nri_resmgr.resmgr.policies.balloons.types import BalloonsError
 from nri_resmgr.resmgr.policy import PolicyEnv
 from tests.policies.replay.helm import disjoint, helm_merge, milli
 from tests.policies.replay.simulated import SimulatedRuntime

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from nri_resmgr.config.models import BalloonType, ControlConfig, CpuClass, CpuControl
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.balloons import BalloonsPolicy
 from tests.policies.workload import Runtime, balloons_spec, guaranteed, start
 from tests.sysfs.fakesys import N4C16
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.policies.balloons import cputree
-from nri_resmgr.resmgr.policies.balloons.cputree import Load, Options
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.balloons import cputree
+from nri_resmgr.policies.balloons.cputree import Load, Options
 from nri_resmgr.sysfs import System, discover
 from tests.sysfs.fakesys import N4C16, write_sysfs
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
 from tests.policies.balloons.scenario import Scenario, disjoint
 from tests.sysfs.fakesys import N4C16, write_sysfs
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from nri_resmgr.resmgr.policies.balloons.metrics import prometheus_text
+from nri_resmgr.policies.balloons.metrics import prometheus_text
 from tests.policies.balloons.scenario import Scenario
 
 ANN = "balloon.balloons.resource-policy.nri.io"

@@ -12,8 +12,8 @@ from pathlib import Path
 import attrs
 import pytest
 
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.resmgr.cpuset import CpuSet
 from tests.policies.balloons.scenario import Scenario, disjoint
 from tests.policies.balloons.test_e2e_metrics import has_line
 from tests.sysfs.fakesys import N4C16

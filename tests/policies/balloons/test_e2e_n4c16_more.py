@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
 from tests.policies.balloons.scenario import Scenario, disjoint
 from tests.policies.balloons.test_e2e_metrics import has_line
 from tests.sysfs.fakesys import N4C16, write_sysfs

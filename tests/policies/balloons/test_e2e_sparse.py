@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
 from tests.policies.balloons.scenario import Scenario
 
 ANN = "balloon.balloons.resource-policy.nri.io/container"

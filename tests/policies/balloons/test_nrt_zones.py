@@ -10,11 +10,11 @@ import pytest
 import trio
 
 from nri_resmgr.config.models import BalloonType
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.instrumentation.exports import TopologyZone
 from nri_resmgr.kube import KubeClient
-from nri_resmgr.kube.nrt import NODE_RESOURCE_TOPOLOGIES, NrtExporter
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.exports import TopologyZone
-from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
+from nri_resmgr.observability.nrt import NODE_RESOURCE_TOPOLOGIES, NrtExporter
+from nri_resmgr.policies.balloons import BalloonsPolicy
 from tests.kube.test_nrt_apiserver import PolicySource, by_name, client, resource
 from tests.policies.workload import Runtime, balloons_spec, burstable, guaranteed, start
 from tests.sysfs.fakesys import N4C16

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from nri_resmgr.config.models import BalloonType
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.balloons import BalloonsPolicy
 from tests.policies.workload import Runtime, balloons_spec, guaranteed, running, start
 from tests.sysfs.fakesys import Layout
 

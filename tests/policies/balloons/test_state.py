@@ -9,9 +9,9 @@ import attrs
 import pytest
 
 from nri_resmgr.config.models import BalloonsSpec, BalloonType
-from nri_resmgr.resmgr.cache import Allocation, Kind
-from nri_resmgr.resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.policies.balloons.state import Balloons, target_cpus
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.allocations import Allocation, Kind
+from nri_resmgr.policies.balloons.state import Balloons, target_cpus
 from nri_resmgr.sysfs import System, discover
 from tests.sysfs.fakesys import N4C16, write_sysfs
 
@@ -142,8 +142,8 @@ def test_a_member_outside_every_balloon_makes_refresh_walk_everything(system: Sy
 
 
 def test_an_empty_balloon_too_small_to_grow_is_no_new_balloon(tmp_path: Path) -> None:
-    from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
-    from nri_resmgr.resmgr.policies.balloons.types import BalloonsError
+    from nri_resmgr.policies.balloons import BalloonsPolicy
+    from nri_resmgr.policies.balloons.types import BalloonsError
     from tests.policies.workload import Runtime, balloons_spec, guaranteed, start
 
     # minBalloons keeps an empty "t" balloon; the default balloon takes all but one free
@@ -183,7 +183,7 @@ def test_choose_ranks_by_room_without_then_with_inflation(system: System) -> Non
 
 @pytest.mark.parametrize("reserved", ["0", "5", "15"])
 def test_the_reserved_balloon_gives_back_other_cpus_first(tmp_path: Path, reserved: str) -> None:
-    from nri_resmgr.resmgr.policies.balloons import BalloonsPolicy
+    from nri_resmgr.policies.balloons import BalloonsPolicy
     from tests.policies.workload import Runtime, balloons_spec, guaranteed, start
 
     p = BalloonsPolicy()

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from nri_resmgr.config.loader import structure_spec
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
-from nri_resmgr.resmgr.cpuset import CpuSet
 from tests.policies.balloons.scenario import Scenario, disjoint
 from tests.policies.workload import container
 

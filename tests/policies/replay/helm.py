@@ -6,7 +6,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
 
 
 def helm_merge(base: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:

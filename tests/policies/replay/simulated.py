@@ -1,5 +1,5 @@
 """The runtime side of a scenario through the project's NRI stack: the in-repo runtime
-simulator (``nri/simulator.py``) talks NRI over a unix socket to ``NriService``, whose
+simulator (``sim/runtime.py``) talks NRI over a unix socket to ``NriService``, whose
 ``ResourceManager`` runs the policy under test. Trio runs in a helper thread so the
 scenarios' steps stay plain calls."""
 
@@ -19,10 +19,10 @@ from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.config.models import PolicySpec
 from nri_resmgr.nri import convert
 from nri_resmgr.nri.errors import RpcError
-from nri_resmgr.nri.simulator import Simulator
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Container, Pod, Update
 from nri_resmgr.resmgr.policy import Policy, PolicyEnv
+from nri_resmgr.sim.runtime import Simulator
 from tests.nri.helpers import running_service
 
 T = TypeVar("T")

@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from nri_resmgr.resmgr.cpuset import CpuSet
+from nri_resmgr.cpuset import CpuSet
 
 SAME_DIE, OTHER = 11, 21
 

@@ -27,13 +27,13 @@ from nri_resmgr.config import notapplied
 from nri_resmgr.config.loader import structure_spec
 from nri_resmgr.config.models import PolicySpec
 from nri_resmgr.errors import ConfigError, ResmgrError
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.model import Pod
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
-from nri_resmgr.simulate.kubelet import nri_pod
-from nri_resmgr.simulate.workload import AddPod, parse_workload
-from nri_resmgr.sysfs.synthetic import N4C16_ISOLATED, write_sysfs
-from nri_resmgr.sysfs.synthetic_cpu import write_cpufreq
+from nri_resmgr.sim.kubelet import nri_pod
+from nri_resmgr.sim.synthetic import N4C16_ISOLATED, write_sysfs
+from nri_resmgr.sim.synthetic_cpu import write_cpufreq
+from nri_resmgr.sim.workload import AddPod, parse_workload
 from tests.policies.workload import Runtime
 
 README = Path(__file__).resolve().parents[3] / "README.md"

@@ -3,7 +3,7 @@
 default config with the suite's ``helm-config.yaml.in`` instantiated from the test's
 variables, pods built from the e2e pod templates (``test/e2e/files/*.yaml.in``) with the
 test's CPU/MEM/annotation variables and created in the test's order, each as kubelet and
-containerd hand it to NRI (``nri_resmgr.simulate.kubelet``), and the test's ``verify``
+containerd hand it to NRI (``nri_resmgr.sim.kubelet``), and the test's ``verify``
 expressions evaluated on the CPUs and memory nodes the runtime holds.
 """
 
@@ -18,11 +18,11 @@ import yaml
 
 from nri_resmgr.config.loader import structure_spec
 from nri_resmgr.config.models import PolicySpec
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.model import Container, Pod, Update
-from nri_resmgr.resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import PolicyEnv
-from nri_resmgr.simulate.kubelet import nri_pod
-from nri_resmgr.simulate.workload import AddPod, Role, parse_workload
+from nri_resmgr.sim.kubelet import nri_pod
+from nri_resmgr.sim.workload import AddPod, Role, parse_workload
 from nri_resmgr.sysfs import System, discover
 from tests.policies.replay.helm import helm_merge
 from tests.policies.replay.simulated import SimulatedRuntime

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nri_resmgr.resmgr.policies.topology_aware.pools import build_pools
+from nri_resmgr.policies.topology_aware.pools import build_pools
 from nri_resmgr.sysfs import discover
 from tests.policies.replay.vm import write_caches, write_vm_sysfs
 from tests.policies.topology_aware_e2e.scenario import Scenario, helm_config

@@ -1,0 +1,124 @@
+"""Exclusive-CPU annotations beyond the QoS table: ``prefer-cpu-priority`` and
+``require-isolated-cpus`` (with its ``prefer-isolated-cpus`` interplay), as nri-plugins'
+``pod-preferences.go`` reads them and ``resources.go`` verifyStrictCPUPreferences enforces.
+
+A CPU priority preference weighs in pool choice too (``resources.go`` supply.GetScore,
+``pools.go`` compareScores): a pool whose free CPUs of the preferred priority cover the
+request beats one whose do not (``priority_capacity``). Upstream counts the performance
+cores as the high-priority ones (every CPU on a non-hybrid machine) and, on a hybrid
+machine, the efficient cores as the low-priority ones; otherwise the allocator's classes.
+
+Of ``require-isolated-cpus`` and ``prefer-isolated-cpus``, the one of narrower scope
+(container before pod) is the effective isolation preference, ``require`` winning a tie;
+when ``require`` is the effective one, a container given exclusive CPUs that are not all
+isolated fails creation instead of running on ordinary exclusive CPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import attrs
+
+from nri_resmgr.cpus import Priority, topology_of
+from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.annotations import DOMAIN, lookup, lookup_bool
+from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.sysfs import System
+from nri_resmgr.sysfs.cpudetails import CoreKind
+
+if TYPE_CHECKING:
+    from nri_resmgr.policies.topology_aware.preferences import Want
+
+__all__ = [
+    "Isolation",
+    "check_required_isolation",
+    "cpu_priority",
+    "isolation",
+    "priority_capacity",
+    "scoring_priorities",
+]
+
+log = logging.getLogger(__name__)
+
+PREFER = "prefer-isolated-cpus"
+REQUIRE = "require-isolated-cpus"
+PRIORITY = "prefer-cpu-priority"
+
+
+@attrs.frozen
+class Isolation:
+    value: bool | None
+    """The effective annotation's value; None when neither key is annotated."""
+    strict: bool
+
+
+def _scope(pod: Pod, container: Container, name: str) -> int | None:
+    key = f"{name}.{DOMAIN}"
+    for scope, candidate in enumerate((f"{key}/container.{container.name}", f"{key}/pod", key)):
+        if candidate in pod.annotations:
+            return scope
+    return None
+
+
+def isolation(pod: Pod, container: Container) -> Isolation:
+    require, prefer = _scope(pod, container, REQUIRE), _scope(pod, container, PREFER)
+    if require is None and prefer is None:
+        return Isolation(None, False)
+    strict = require is not None and (prefer is None or require <= prefer)
+    return Isolation(lookup_bool(pod, container, REQUIRE if strict else PREFER), strict)
+
+
+_PRIORITY_NAMES = {"high": Priority.HIGH, "normal": Priority.NORMAL, "low": Priority.LOW,
+                   "none": Priority.NONE}  # fmt: skip
+"""Upstream's cpuPrioByName: the annotation's values, matched exactly."""
+
+
+def cpu_priority(pod: Pod, container: Container, default: Priority = Priority.NONE) -> Priority:
+    """The preferred CPU priority: the annotation's, else ``default`` (the config's
+    ``defaultCPUPriority``), which ``default`` and a value upstream does not know also get."""
+    value = lookup(pod, container, PRIORITY)
+    if value is None or value == "default":
+        return default
+    prio = _PRIORITY_NAMES.get(value)
+    if prio is None:
+        log.warning("%s/%s: ignoring annotation %s.%s: %r is not a CPU priority (high, "
+                    "normal, low, none, default)", pod.namespace, pod.name, PRIORITY, DOMAIN,
+                    value)  # fmt: skip
+        return default
+    return prio
+
+
+def scoring_priorities(system: System) -> tuple[CpuSet, CpuSet, CpuSet]:
+    """The high, normal and low priority CPUs as upstream's pool scoring counts them: high
+    are the performance cores (all CPUs unless hybrid), low the efficient cores (the
+    allocator's low ones unless hybrid), normal the allocator's normal ones."""
+    topo = topology_of(system)
+    _, normal, low = topo.priorities  # high: upstream counts performance cores instead
+    if topo.hybrid:
+        return topo.kinds[CoreKind.PERFORMANCE], normal, topo.kinds[CoreKind.EFFICIENT]
+    return topo.online, normal, low
+
+
+def priority_capacity(
+    system: System, sharable: CpuSet, prefer: Priority, full: int, part: int
+) -> int:
+    """mCPU of ``prefer``-priority CPUs among ``sharable`` left after a request for ``full``
+    exclusive CPUs and ``part`` mCPU shared (negative: too few); 0 without a preference.
+    A request for nothing counts as 1 mCPU, as upstream supply.GetScore counts it."""
+    if prefer is Priority.NONE:
+        return 0
+    if full == 0 and part == 0:
+        part = 1
+    cpus = scoring_priorities(system)[prefer]
+    return len(cpus & sharable) * 1000 - (1000 * full + part)
+
+
+def check_required_isolation(want: Want, isolated: bool, name: str) -> None:
+    """Raise PlacementError if ``want`` requires isolated CPUs and its grant has none."""
+    if want.require_isolated and want.isolated and want.exclusive >= 1 and not isolated:
+        raise PlacementError(
+            f"{name}: {REQUIRE}: granted isolated CPUs fewer than the {want.exclusive} requested"
+        )

@@ -1,0 +1,151 @@
+"""Memory-aware placement: memory types per pool, what a container asks of memory, and the
+memory criterion of pool scoring. The zones and offers themselves are in ``memzones``."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import attrs
+
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.annotations import lookup
+from nri_resmgr.policies.oomscore import memory_request
+from nri_resmgr.policies.requests import QoS, Request, container_request
+from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.sysfs import MemoryType, System
+
+if TYPE_CHECKING:
+    from nri_resmgr.policies.topology_aware.memzones import MemoryAllocator, Offer
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_TYPES", "MemoryWant", "attached_memory", "memory_key", "memory_want"]
+
+ANNOTATION = "memory-type"
+DEFAULT_TYPES = MemoryType.DRAM | MemoryType.PMEM
+"""nri-plugins' default for a container without a memory-type annotation (HBM on request)."""
+
+# libmem's request priorities: lower ones are moved first when a zone is overcommitted.
+BESTEFFORT, BURSTABLE, GUARANTEED, PRESERVED = range(4)
+
+
+def attached_memory(system: System, cpu_nodes: Iterable[int]) -> CpuSet:
+    """CPU-less memory nodes (HBM, PMEM) belonging to ``cpu_nodes``: those whose closest DRAM
+    nodes with CPUs include one of them (nri-plugins' getClosestSpecialMem)."""
+    own = set(cpu_nodes)
+    return CpuSet(
+        n.id
+        for n in system.nodes.values()
+        if not n.cpus and n.memory > 0 and own & set(system.attached_cpu_nodes(n.id))
+    )
+
+
+@attrs.frozen
+class MemoryWant:
+    """What a container asks of memory."""
+
+    request: int = 0
+    """Bytes; the memory request (Guaranteed: its limit; Burstable: estimated from its
+    oom_score_adj, 0 when unknown; BestEffort: 0)."""
+    limit: int = 0
+    """Bytes; 0 is unlimited."""
+    types: MemoryType = DEFAULT_TYPES
+    priority: int = GUARANTEED
+    preserve: bool = False
+    """memory.preserve: accounted in every node of the pool, cpuset.mems left alone."""
+    container_id: str = ""
+
+    @property
+    def amount(self) -> int:
+        return self.request or self.limit
+
+
+def memory_want(
+    pod: Pod,
+    container: Container,
+    available: MemoryType,
+    capacity: int = 0,
+    req: Request | None = None,
+) -> MemoryWant:
+    """The container's memory request: as nri-plugins' estimateResourceRequirements (the
+    limit when Guaranteed, else the request kubelet's oom_score_adj encodes against the node's
+    ``capacity`` bytes), the annotated types (or the default) limited to those it has.
+    ``req``: the container's ``container_request``, when the caller has it already."""
+    if req is None:
+        req = container_request(pod, container)
+    limit = req.memory_limit or 0
+    if req.qos is QoS.GUARANTEED:
+        request, priority = limit, GUARANTEED
+    elif req.qos is QoS.BURSTABLE:
+        request, priority = memory_request(container.oom_score_adj, limit, capacity), BURSTABLE
+    else:
+        request, priority = 0, BESTEFFORT
+    # Both annotations are the pod's: most pods have none, and then nothing to look up.
+    if pod.annotations and lookup_memory_preserve(pod, container):
+        return MemoryWant(request, limit, available, PRESERVED, True, container.id)
+    named = _annotated_types(pod, container) if pod.annotations else DEFAULT_TYPES
+    types = _limited(named, available)
+    if types is None:
+        log.warning(
+            "%s/%s/%s: no memory of the wanted types on this machine; using %s",
+            pod.namespace,
+            pod.name,
+            container.name,
+            available.label(),
+        )
+        types = available
+    return MemoryWant(request, limit, types, priority, container_id=container.id)
+
+
+def _annotated_types(pod: Pod, container: Container) -> MemoryType:
+    """The memory-type annotation's types; the default without one (or a bad one)."""
+    value = lookup(pod, container, ANNOTATION)
+    if value is not None and value.strip():
+        try:
+            return MemoryType.parse(value)
+        except ValueError as e:
+            log.error("%s/%s: ignoring annotation %s: %s", pod.namespace, pod.name, ANNOTATION, e)
+    return DEFAULT_TYPES
+
+
+@functools.lru_cache(maxsize=64)
+def _limited(types: MemoryType, available: MemoryType) -> MemoryType | None:
+    """``types & available``, None when empty; kept: the same few pairs on every create (a
+    Flag's ``&`` and truth value are Python calls)."""
+    return (types & available) or None
+
+
+def lookup_memory_preserve(pod: Pod, container: Container) -> bool:
+    value = lookup(pod, container, "memory.preserve")
+    return value is not None and value.strip().lower() in ("true", "1", "t", "yes")
+
+
+def memory_key(
+    alloc: MemoryAllocator, pool_mems: CpuSet, want: MemoryWant | None
+) -> tuple[int, ...]:
+    """Pool scoring's memory criterion for ``want`` in a pool with memory ``pool_mems``
+    (empty when there is no memory request to weigh: callers placing without a container)."""
+    if want is None:
+        return ()
+    return score(alloc.offer(want.container_id, pool_mems, want), want, pool_mems, alloc)
+
+
+def score(
+    offer: Offer | None, want: MemoryWant, pool_mems: CpuSet, alloc: MemoryAllocator
+) -> tuple[int, ...]:
+    """The memory criteria of nri-plugins' compareScores, as a key where larger wins:
+    an offer beats none; an offer of exactly the wanted types wins; with a limit above the
+    request, a pool whose memory of those types covers the limit (no limit: more memory);
+    then the tighter offer (fewer nodes); then a pool that has the wanted types at all."""
+    if offer is None:
+        return (0, 0, 0, 0, 0)
+    types = want.types
+    typed = alloc.typed(pool_mems, types)
+    burst = 0
+    if want.amount != want.limit:
+        capacity = alloc.capacity(typed)
+        burst = int(capacity >= want.limit) if want.limit else capacity
+    return (1, int(offer.types == types), burst, -offer.size, int(bool(typed)))

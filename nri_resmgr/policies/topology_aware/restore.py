@@ -1,0 +1,301 @@
+"""Re-derive grants from the cpusets running containers already have (after a restart or a
+reconfiguration), so that containers stay where they are whenever that is still valid."""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+import attrs
+
+from nri_resmgr.cpus.tight import PlacementError, pick_cpus
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.allocations import Allocation, Kind
+from nri_resmgr.policies.requests import Request
+from nri_resmgr.policies.topology_aware.batch import place_all
+from nri_resmgr.policies.topology_aware.engine import Engine
+from nri_resmgr.policies.topology_aware.preferences import Want
+from nri_resmgr.resmgr.model import Container, Pod, Update
+
+log = logging.getLogger(__name__)
+
+_BY_CONTAINER_ID = operator.attrgetter("container.id")
+
+
+@attrs.frozen
+class Live:
+    """A running container, what it wants, and the cpuset/mems it has now."""
+
+    pod: Pod
+    container: Container
+    want: Want
+    keep_mems: bool
+    cpus: CpuSet | None
+    mems: CpuSet | None
+    req: Request
+    """The request ``want`` was derived from, kept for the memory want (``memory_want``)."""
+    fell_back: bool = False
+    """A reserved-class container that runs on normal shared CPUs because the reserved ones
+    were full when it came: restore keeps it there while that still holds."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.pod.namespace}/{self.pod.name}/{self.container.name}"
+
+
+def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list[Update]:
+    """Rebuild ``engine``'s grants from ``lives`` and return the updates that bring every
+    container to them.
+
+    The result does not depend on the order of ``lives``: they are taken in container-id
+    order. A container that cannot be placed at all raises PlacementError when ``strict``
+    (a reconfiguration, which is then refused); otherwise (Synchronize) it is logged and
+    left alone, never sent an empty cpuset.
+    """
+    engine.cache.clear()
+    lives = sorted(lives, key=_BY_CONTAINER_ID)
+    users = _cpu_users(lives)
+    pending: list[Live] = []
+    # Reserved-class containers running on normal shared CPUs (the reserved ones were full
+    # when they came): kept there if that still holds, else granted as they ask.
+    fell_back: dict[str, Live] = {}
+    for live in lives:
+        kind = live.want.kind
+        if live.fell_back:
+            fell_back[live.container.id] = live
+            pending.append(_as_shared(live))
+        elif kind in (Kind.RESERVED, Kind.PRESERVE):
+            _grant(engine, live)
+            granted = engine.cache.get(live.container.id)
+            if granted is not None and granted.kind is Kind.SHARED:
+                # The reserved CPUs are full: restored on normal shared CPUs, where it runs.
+                engine.release(live.container.id)
+                pending.append(_as_shared(live))
+        elif not (kind is Kind.EXCLUSIVE and _claim_exclusive(engine, live, users)):
+            pending.append(live)
+    mixed = [p for p in pending if p.want.kind is Kind.MIXED]
+    # What cannot be read back as exclusive may be a container that fell back to shared CPUs.
+    others = [p for p in pending if p.want.kind is not Kind.MIXED]
+    maybe_shared = _restore_mixed(engine, mixed, others, users)
+    maybe_shared += others
+    leftovers = [
+        fell_back.get(live.container.id, live) for live in _restore_shared(engine, maybe_shared)
+    ]
+    if leftovers:
+        # One line, not one per container: a Synchronize of thousands would spend a good
+        # part of its time logging (each one is still said at debug level).
+        had_cpuset = sum(1 for live in leftovers if live.cpus is not None)
+        log.info("re-allocating %d containers: %d had no cpuset, %d one that cannot be kept",
+                 len(leftovers), len(leftovers) - had_cpuset, had_cpuset)  # fmt: skip
+
+    def grant_one(live: Live) -> None:
+        try:
+            _grant(engine, live)
+        except PlacementError:
+            if strict:
+                raise
+            log.exception("%s: left as the runtime has it", live.name)
+
+    if log.isEnabledFor(logging.DEBUG):
+        for live in leftovers:
+            log.debug("%s: current cpuset %s cannot be kept; re-allocating", live.name, live.cpus)
+    place_all(engine, leftovers, grant_one)
+    for live in lives:
+        a = engine.cache.get(live.container.id)
+        # Those read back (``_put``) already hold what the runtime has; only granted ones
+        # are rewritten, sparing a thousand evolve+put pairs on a Synchronize.
+        if a is not None and (a.cpus is not live.cpus or a.mems is not live.mems):
+            engine.cache.put(attrs.evolve(a, cpus=live.cpus, mems=live.mems))
+    engine.unsettle()
+    return engine.refresh()
+
+
+def _as_shared(live: Live) -> Live:
+    return attrs.evolve(live, want=Want(Kind.SHARED, request=live.want.request))
+
+
+def _grant(engine: Engine, live: Live) -> None:
+    engine.grant(
+        live.container.id,
+        live.pod.id,
+        live.name,
+        live.want,
+        keep_mems=live.keep_mems,
+        pod=live.pod,
+        container=live.container,
+    )
+
+
+def _empties_the_root(engine: Engine, claim: CpuSet) -> bool:
+    """Whether taking ``claim`` exclusively would leave no shared CPU at all.
+
+    That is the one emptying a grant never does. A lower pool may have been sliced empty
+    (the engine slices idle pools, as nri-plugins' SliceableCPUs does), and a claim that
+    emptied a busy one would hold CPUs its shared containers run on, which ``_only_mine``
+    already refuses."""
+    return not (engine.shared_cpus(0, engine.cache.exclusive_cpus()) - claim)
+
+
+def _home_pool(engine: Engine, cpus: CpuSet, mems: CpuSet | None) -> int | None:
+    containing = [p for p in engine.pools if cpus.issubset(p.cpus)]
+    matching = [p for p in containing if mems is not None and p.mems == mems]
+    candidates = matching or containing
+    if not candidates:
+        return None
+    return max(candidates, key=lambda p: (p.depth, -p.index)).index
+
+
+def _put(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: CpuSet) -> None:
+    engine.cache.put(_read_back(engine, live, pool, kind, exclusive))
+
+
+def _read_back(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: CpuSet) -> Allocation:
+    """The allocation of a container kept where it runs: it holds what the runtime has."""
+    return Allocation(
+        live.container.id,
+        live.pod.id,
+        live.name,
+        engine.pools[pool].name,
+        kind,
+        live.want.request,
+        exclusive=exclusive,
+        isolated=bool(exclusive) and exclusive.issubset(engine.isolated),
+        cpus=live.cpus,
+        mems=live.mems,
+        keep_mems=live.keep_mems,
+        pod=live.pod,
+        container=live.container,
+    )
+
+
+def _cpu_users(lives: Sequence[Live]) -> dict[int, int]:
+    """How many containers (reserved and preserved ones aside) have each CPU in their cpuset."""
+    # Containers of one pool report the same cpuset: count each set once (a big machine's
+    # sets hold thousands of CPUs).
+    sets = Counter(
+        live.cpus
+        for live in lives
+        if live.cpus and live.want.kind not in (Kind.RESERVED, Kind.PRESERVE)
+    )
+    users: dict[int, int] = defaultdict(int)
+    for cpus, n in sets.items():
+        for cpu in cpus.ids():
+            users[cpu] += n
+    return users
+
+
+def _only_mine(cpus: CpuSet, users: dict[int, int]) -> bool:
+    return all(users.get(cpu, 0) == 1 for cpu in cpus)
+
+
+def _claim_exclusive(engine: Engine, live: Live, users: dict[int, int]) -> bool:
+    cpus = live.cpus
+    if not cpus or len(cpus) != live.want.exclusive or not _only_mine(cpus, users):
+        return False
+    free = (engine.sharable[0] | engine.isolated) - engine.cache.exclusive_cpus()
+    pool = _home_pool(engine, cpus, live.mems)
+    if pool is None or not cpus.issubset(free) or _empties_the_root(engine, cpus - engine.isolated):
+        return False
+    _put(engine, live, pool, Kind.EXCLUSIVE, cpus)
+    return True
+
+
+def _restore_mixed(
+    engine: Engine, mixed: list[Live], witnesses: list[Live], users: dict[int, int]
+) -> list[Live]:
+    # Containers in one pool all carry that pool's shared CPUs; with two or more of them,
+    # the CPUs they have in common are the shared part and the rest is each one's own.
+    groups: dict[int, list[Live]] = defaultdict(list)
+    seen: dict[int, list[CpuSet]] = defaultdict(list)
+    leftovers: list[Live] = []
+    for live in mixed:
+        pool = _home_pool(engine, live.cpus, live.mems) if live.cpus else None
+        if pool is None:
+            leftovers.append(live)
+        else:
+            groups[pool].append(live)
+            seen[pool].append(live.cpus)  # type: ignore[arg-type]
+    if not groups:
+        return leftovers  # no mixed container to witness for: skip a pass over all others
+    homes: dict[tuple[CpuSet, CpuSet | None], int | None] = {}
+    for w in witnesses:
+        if not w.cpus:
+            continue
+        # Witnesses are mostly shared containers, a few distinct (cpus, mems) among them.
+        key = (w.cpus, w.mems)
+        if key not in homes:
+            homes[key] = _home_pool(engine, w.cpus, w.mems)
+        pool = homes[key]
+        if pool in groups:
+            seen[pool].append(w.cpus)
+    for pool, members in groups.items():
+        sets = seen[pool]
+        common = sets[0]
+        for s in sets[1:]:
+            common = common & s
+        for live in members:
+            assert live.cpus is not None
+            taken = engine.cache.exclusive_cpus()
+            free = (engine.sharable[pool] | engine.isolated_of[pool]) - taken
+            own = live.cpus - common if len(sets) > 1 else CpuSet()
+            if live.cpus & engine.isolated:
+                # Isolated CPUs are never shared, so they can only be this one's own.
+                own = live.cpus & engine.isolated
+            if len(sets) > 1 and not own:
+                leftovers.append(live)  # it has only the common, shared CPUs
+                continue
+            if (
+                len(own) != live.want.exclusive
+                or not own.issubset(free)
+                or not _only_mine(own, users)
+            ):
+                usable = (live.cpus & free) - engine.isolated
+                if len(usable) <= live.want.exclusive:
+                    leftovers.append(live)
+                    continue
+                own = pick_cpus(engine.system, usable, live.want.exclusive)
+            if _empties_the_root(engine, own - engine.isolated):
+                leftovers.append(live)
+                continue
+            _put(engine, live, pool, Kind.MIXED, own)
+    return leftovers
+
+
+def _restore_shared(engine: Engine, shared: list[Live]) -> list[Live]:
+    taken = engine.cache.exclusive_cpus()
+    by_set: dict[CpuSet, list[int]] = defaultdict(list)
+    for p in engine.pools:
+        by_set[engine.shared_cpus(p.index, taken)].append(p.index)
+    # The containers of a pool report the same (cpus, mems): choose its pool once per pair.
+    chosen: dict[tuple[CpuSet | None, CpuSet | None], int | None] = {}
+    leftovers: list[Live] = []
+    # Shared grants take no CPUs, so by_set holds through the loop: stored in one batch.
+    kept: list[Allocation] = []
+    no_cpus = CpuSet()
+    for live in shared:
+        key = (live.cpus, live.mems)
+        if key in chosen:
+            best = chosen[key]
+        else:
+            best = chosen[key] = _shared_pool(engine, by_set, live.cpus, live.mems)
+        if best is None:
+            leftovers.append(live)
+            continue
+        kept.append(_read_back(engine, live, best, Kind.SHARED, no_cpus))
+        if live.want.kind is not Kind.SHARED:
+            log.info("%s: restored as shared (exclusive CPUs were not available)", live.name)
+    engine.cache.put_all(kept)
+    return leftovers
+
+
+def _shared_pool(
+    engine: Engine, by_set: dict[CpuSet, list[int]], cpus: CpuSet | None, mems: CpuSet | None
+) -> int | None:
+    """The deepest pool whose shared CPUs are ``cpus`` (one with memory ``mems`` first)."""
+    pools = by_set.get(cpus, []) if cpus else []
+    if not pools:
+        return None
+    matching = [i for i in pools if engine.pools[i].mems == mems]
+    return max(matching or pools, key=lambda i: (engine.pools[i].depth, -i))

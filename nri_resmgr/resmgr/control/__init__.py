@@ -1,5 +1,0 @@
-"""Host controls a policy applies besides cpusets: CPU frequency limits (``cpufreq``)."""
-
-from nri_resmgr.resmgr.control.cpufreq import CpuFreqControl, FreqClass
-
-__all__ = ["CpuFreqControl", "FreqClass"]

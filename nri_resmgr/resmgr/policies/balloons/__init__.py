@@ -1,5 +1,0 @@
-"""The balloons policy (compatible with nri-plugins' ``balloons``)."""
-
-from nri_resmgr.resmgr.policies.balloons.policy import BalloonsPolicy
-
-__all__ = ["BalloonsPolicy"]

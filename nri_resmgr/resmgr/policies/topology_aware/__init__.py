@@ -1,5 +1,0 @@
-"""The topology-aware policy (compatible with nri-plugins' ``topology-aware``)."""
-
-from nri_resmgr.resmgr.policies.topology_aware.policy import TopologyAwarePolicy
-
-__all__ = ["TopologyAwarePolicy"]
