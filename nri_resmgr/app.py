@@ -14,6 +14,8 @@ from nri_resmgr.config import PolicyDocument, load_file
 from nri_resmgr.daemon import EXIT_FATAL, EXIT_OK, Daemon, Service, until_signalled
 from nri_resmgr.errors import ConfigError, Fatal
 from nri_resmgr.nri import afterreply, tailtrace
+from nri_resmgr.nri.service import NriService
+from nri_resmgr.observability.setup import instrumentation_services
 from nri_resmgr.policies import create_policy
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.policy import PolicyEnv
@@ -48,9 +50,6 @@ def build_services(
     agent: ConfigAgent | None = None,
     kube: KubeClient | None = None,
 ) -> list[Service]:
-    from nri_resmgr.nri.service import NriService
-    from nri_resmgr.observability.setup import instrumentation_services
-
     services: list[Service] = [
         NriService(
             manager,
@@ -112,11 +111,10 @@ async def run(options: Options) -> int:
         manager = make_manager(options, doc)
         log.info("policy %s configured from %s", manager.policy.name, options.config_file)
         return await run_daemon(options, manager, doc)
-    from nri_resmgr.agent.agent import ConfigAgent
     from nri_resmgr.kube import KubeClient, load_config
 
     async with KubeClient(load_config(options.kubeconfig or None)) as client:
-        agent = ConfigAgent.from_options(client, options)
+        agent = config_agent(client, options)
         log.info("waiting for the %s configuration of node %s in namespace %s",
                  agent.kind, options.node_name, options.config_namespace)  # fmt: skip
         started = await until_signalled(
@@ -127,6 +125,20 @@ async def run(options: Options) -> int:
         assert agent.doc is not None
         log.info("policy %s configured from %s", started.policy.name, agent.cr_in_force)
         return await run_daemon(options, started, agent.doc, agent, client)
+
+
+def config_agent(client: KubeClient, options: Options) -> ConfigAgent:
+    from nri_resmgr.agent.agent import ConfigAgent
+
+    if not options.policy or not options.node_name:
+        raise ConfigError("configuration from the cluster needs --policy and NODE_NAME")
+    return ConfigAgent(
+        client,
+        namespace=options.config_namespace,
+        node_name=options.node_name,
+        policy_name=options.policy,
+        group_label=options.config_group_label,
+    )
 
 
 async def run_daemon(

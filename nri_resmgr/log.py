@@ -23,6 +23,7 @@ from typing import TextIO
 import attrs
 
 from nri_resmgr.config.models import LogConfig
+from nri_resmgr.config.notapplied import say_once
 from nri_resmgr.errors import ConfigError
 
 FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -196,8 +197,6 @@ def after_reply_handler() -> AfterReplyHandler | None:
 
 def not_applied(key: str) -> None:
     """Say once per process that a configured key is accepted but has no effect here."""
-    from nri_resmgr.config.notapplied import say_once
-
     say_once(key)
 
 

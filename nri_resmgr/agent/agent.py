@@ -23,7 +23,6 @@ import trio
 from nri_resmgr.agent.selection import ConfigKey, kind_for_policy, name_of
 from nri_resmgr.agent.status import StatusWriter, failure_entry, success_entry
 from nri_resmgr.agent.tracker import BackoffFactory, ConfigTracker, Selection, default_backoff
-from nri_resmgr.cli import Options
 from nri_resmgr.config.loader import load_document
 from nri_resmgr.config.models import PolicyDocument, PolicySpec
 from nri_resmgr.errors import ConfigError
@@ -76,18 +75,6 @@ class ConfigAgent:
         self._scope: trio.CancelScope | None = None
         self._done = trio.Event()
         self._stopping = False
-
-    @classmethod
-    def from_options(cls, client: KubeClient, options: Options) -> ConfigAgent:
-        if not options.policy or not options.node_name:
-            raise ConfigError("configuration from the cluster needs --policy and NODE_NAME")
-        return cls(
-            client,
-            namespace=options.config_namespace,
-            node_name=options.node_name,
-            policy_name=options.policy,
-            group_label=options.config_group_label,
-        )
 
     # -- phase 1: the configuration the daemon starts with ---------------------------------
 

@@ -1,4 +1,4 @@
-"""Topology-aware CPU picking, shared by the policies.
+"""The tight picker: ``count`` CPUs packed into the tightest NUMA node, die or package.
 
 Given the CPUs a caller may take from, pick ``count`` of them so that the result is as tight
 as possible: inside one NUMA node if one can hold it, else one die, else one package; and
@@ -11,18 +11,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
+from nri_resmgr.cpus.errors import AllocationError
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.errors import ResmgrError
 from nri_resmgr.sysfs import System
-
-
-class AllocationError(ResmgrError, RuntimeError):
-    """Not enough CPUs to satisfy a request."""
-
-
-class PlacementError(AllocationError):
-    """A container cannot be given any CPU it may run on. Its creation fails with this message
-    (naming the container and the shortage) rather than the container running unpinned."""
 
 
 def pick_cpus(system: System, available: CpuSet, count: int, lowest: bool = False) -> CpuSet:

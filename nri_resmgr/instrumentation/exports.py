@@ -6,6 +6,8 @@ last request left it; a policy builds them from its own bookkeeping without side
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import attrs
 
 
@@ -40,9 +42,15 @@ class TopologyZone:
     attributes: tuple[tuple[str, str], ...] = ()
 
 
+class GaugeSource(Protocol):
+    """Where the policy gauges are read at scrape time: the active ``Policy``."""
+
+    def gauges(self) -> list[PolicyGauge]: ...
+
+
 def milli(mcpu: int) -> str:
     """mCPU as a quantity, in whole CPUs when exact (as resource.NewMilliQuantity prints)."""
     return str(mcpu // 1000) if mcpu % 1000 == 0 else f"{mcpu}m"
 
 
-__all__ = ["PolicyGauge", "TopologyZone", "ZoneResource", "milli"]
+__all__ = ["GaugeSource", "PolicyGauge", "TopologyZone", "ZoneResource", "milli"]

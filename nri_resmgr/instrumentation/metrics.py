@@ -25,7 +25,8 @@ import trio
 
 if TYPE_CHECKING:
     from nri_resmgr.instrumentation import prom
-    from nri_resmgr.resmgr.policy import Policy
+
+from nri_resmgr.instrumentation.exports import GaugeSource
 
 
 class ChangeSignal:
@@ -68,7 +69,7 @@ def enabled() -> bool:
     return _prom is not None
 
 
-def follow(policy: Callable[[], Policy | None], generation: Callable[[], int]) -> None:
+def follow(policy: Callable[[], GaugeSource | None], generation: Callable[[], int]) -> None:
     """Point the policy gauges and the config-generation gauge at the daemon's state."""
     _follow.update(policy=policy, generation=generation)
     if _prom is not None:

@@ -20,10 +20,11 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from nri_resmgr.instrumentation.exports import GaugeSource
+
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from nri_resmgr.resmgr.policy import Policy
 
 # No *_created series: a daemon restart resets every counter anyway, and they double the
 # size of each scrape.
@@ -79,9 +80,9 @@ class PolicyCollector(Collector):
     """
 
     def __init__(self) -> None:
-        self._policy: Callable[[], Policy | None] = lambda: None
+        self._policy: Callable[[], GaugeSource | None] = lambda: None
 
-    def follow(self, policy: Callable[[], Policy | None]) -> None:
+    def follow(self, policy: Callable[[], GaugeSource | None]) -> None:
         self._policy = policy
 
     def collect(self) -> Iterator[Metric]:

@@ -1,6 +1,6 @@
 """Kubernetes API access: cluster config, a small async client on httpx, resilient watches."""
 
-from nri_resmgr.kube.client import KubeClient, KubeObject, ObjectList, PatchType
+from nri_resmgr.kube.client import KubeClient, PatchType
 from nri_resmgr.kube.config import ClusterConfig, load_config, load_in_cluster, load_kubeconfig
 from nri_resmgr.kube.errors import (
     AlreadyExists,
@@ -16,6 +16,7 @@ from nri_resmgr.kube.errors import (
     Unauthorized,
     Unavailable,
 )
+from nri_resmgr.kube.objects import KubeObject, ObjectList
 from nri_resmgr.kube.resources import ApiResource
 from nri_resmgr.kube.watch import EventType, Watch, WatchEvent
 

@@ -11,24 +11,21 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import attrs
 import httpx
 
+from nri_resmgr.backoff import Backoff
 from nri_resmgr.kube import decode
 from nri_resmgr.kube.auth import BearerAuth
 from nri_resmgr.kube.config import ClusterConfig
 from nri_resmgr.kube.errors import BadResponse, connection_error, error_from_body
+from nri_resmgr.kube.objects import KubeObject, ObjectList
 from nri_resmgr.kube.resources import ApiResource
-
-if TYPE_CHECKING:
-    from nri_resmgr.backoff import Backoff
-    from nri_resmgr.kube.watch import Watch
+from nri_resmgr.kube.watch import Watch
 
 log = logging.getLogger(__name__)
 
-KubeObject = dict[str, Any]
 # A merge/strategic patch is an object, a JSON patch a list of operations.
 PatchBody = KubeObject | list[KubeObject]
 
@@ -41,14 +38,6 @@ class PatchType(enum.Enum):
     MERGE = "application/merge-patch+json"
     JSON = "application/json-patch+json"
     STRATEGIC = "application/strategic-merge-patch+json"
-
-
-@attrs.frozen
-class ObjectList:
-    """A full list and the resourceVersion to watch from to see every later change."""
-
-    items: tuple[KubeObject, ...]
-    resource_version: str
 
 
 class KubeClient:
@@ -187,8 +176,6 @@ class KubeClient:
         timeout_seconds: int = 300,
     ) -> Watch:
         """A resilient watch; see ``nri_resmgr.kube.watch.Watch`` for its event semantics."""
-        from nri_resmgr.kube.watch import Watch  # watch builds on this module
-
         return Watch(
             self,
             resource,
@@ -280,3 +267,6 @@ def _namespace_of(resource: ApiResource, obj: KubeObject, namespace: str | None)
     if not ns:
         raise ValueError(f"{resource.plural} is namespaced: give a namespace or metadata.namespace")
     return str(ns)
+
+
+__all__ = ["KubeClient", "KubeObject", "ObjectList", "PatchType"]

@@ -26,21 +26,40 @@ from __future__ import annotations
 import enum
 import logging
 import random
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import AbstractAsyncContextManager, aclosing
 from types import NoneType, TracebackType
+from typing import Protocol
 
 import attrs
 
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.errors import Recoverable
 from nri_resmgr.kube import decode
-from nri_resmgr.kube.client import KubeClient, KubeObject
 from nri_resmgr.kube.errors import ApiError, BadResponse, Gone, error_from_status_object
+from nri_resmgr.kube.objects import KubeObject, ObjectList
 from nri_resmgr.kube.resources import ApiResource
 from nri_resmgr.shorten import short_repr, shorten
 
 log = logging.getLogger(__name__)
+
+
+class Source(Protocol):
+    """What a watch needs of the API client (``KubeClient`` is one): a full list, and a
+    long GET read line by line."""
+
+    async def list(
+        self,
+        resource: ApiResource,
+        namespace: str | None = None,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+    ) -> ObjectList: ...
+
+    def stream_lines(
+        self, path: str, params: dict[str, str], *, read_timeout: float | None
+    ) -> AbstractAsyncContextManager[AsyncIterator[str]]: ...
 
 
 class MalformedEvent(BadResponse):
@@ -79,7 +98,7 @@ class Watch:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: Source,
         resource: ApiResource,
         namespace: str | None,
         *,

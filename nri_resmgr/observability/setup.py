@@ -17,12 +17,12 @@ from nri_resmgr.instrumentation.exports import TopologyZone
 from nri_resmgr.instrumentation.health import READINESS
 from nri_resmgr.instrumentation.metrics import CHANGES
 from nri_resmgr.observability.server import HttpService
+from nri_resmgr.resmgr.manager import ResourceManager
+from nri_resmgr.resmgr.policy import Policy
 
 if TYPE_CHECKING:
-    from nri_resmgr.daemon import Service
     from nri_resmgr.kube import KubeClient
-    from nri_resmgr.resmgr.manager import ResourceManager
-    from nri_resmgr.resmgr.policy import Policy
+    from nri_resmgr.observability.nrt import NrtExporter
 
 METRIC_GROUPS = ("policy",)
 """``metrics.enabled`` groups that switch something: the policy gauges. The request,
@@ -92,7 +92,7 @@ def instrumentation_services(
     kube: KubeClient | None,
     dra: bool,
     generation: Callable[[], int],
-) -> list[Service]:
+) -> list[HttpService | NrtExporter]:
     """The HTTP service, and with cluster access the NRT exporter; sets up the rest."""
     spec = manager.spec
     logconfig.configure(spec.log)
@@ -113,7 +113,7 @@ def instrumentation_services(
     manager.reconfigure_hooks.append(_metrics_hook)
     http = HttpService(lambda: manager.spec)
     manager.reconfigure_hooks.append(http.prepare)
-    services: list[Service] = [http]
+    services: list[HttpService | NrtExporter] = [http]
     if kube is not None:
         from nri_resmgr.observability.nrt import NrtExporter
 

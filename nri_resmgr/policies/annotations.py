@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from nri_resmgr.config.notapplied import say_once
 from nri_resmgr.resmgr.model import Container, Pod
 
 log = logging.getLogger(__name__)
@@ -62,9 +63,7 @@ def report_unread(pod: Pod, keys: frozenset[str]) -> None:
     policy accepts but does not act on; a scoped key (``KEY/pod``, ``KEY/container.x``)
     counts as ``KEY``. The rule is no silent no-ops: a user setting one learns it is inert."""
     if not pod.annotations:
-        return  # most pods, on every create: not even the import below
-    from nri_resmgr.config.notapplied import say_once
-
+        return  # most pods, on every create
     for annotation in pod.annotations:
         key = annotation
         if key.endswith("/pod") or "/container." in key:

@@ -9,10 +9,11 @@ server) lives in the manager and its tasks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 import attrs
 
+from nri_resmgr.config.models import PolicySpec
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ResmgrError
 from nri_resmgr.instrumentation.exports import PolicyGauge, TopologyZone
@@ -25,9 +26,6 @@ from nri_resmgr.resmgr.model import (
     Resources,
     Update,
 )
-
-if TYPE_CHECKING:
-    from nri_resmgr.config.models import PolicySpec
 
 
 class ClaimError(ResmgrError):

@@ -19,7 +19,12 @@ populating and ``--warmup`` lifecycles (first calls specialise the bytecode) cos
 - ``lifecycle``: all of each sampled lifecycle, after-reply work included;
 - ``create``: each CreateContainer up to its reply written (what the runtime waits for);
 - ``after``: the after-reply work of each CreateContainer's batch (log line, collection);
-- ``empty``: the ctypes call and callback frame alone, to subtract from ``create`` and ``after``.
+- ``empty``: the ctypes call and callback frame alone, to subtract from ``create`` and ``after``;
+- ``sync``: one Synchronize of ``--live`` running containers (the harness bench's: 5 to a
+  pod, reporting no cpusets, so each is placed afresh) into a fresh policy: the request's
+  decode, the policy's synchronize and the reply's encode (the manager lock and the ttrpc
+  frame, a few thousand instructions, are left out: they need the trio scheduler);
+  ``--lifecycles`` is the number of such policies, each measured once.
 
 Without ``--inner`` the module runs itself under valgrind and prints the figures.
 """
@@ -46,7 +51,7 @@ from nri_resmgr._gen import ttrpc as envelope
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.config.loader import load_document, parse_yaml
 from nri_resmgr.log import FORMAT, AfterReplyHandler
-from nri_resmgr.nri import afterreply
+from nri_resmgr.nri import afterreply, wire
 from nri_resmgr.nri.handlers import PLUGIN_SERVICE, PluginHandlers
 from nri_resmgr.nri.ttrpc import TtrpcServer
 from nri_resmgr.nri.ttrpc_codec import MSG_REQUEST, Message
@@ -56,7 +61,7 @@ from nri_resmgr.resmgr.policy import PolicyEnv
 from tests.bench import workload
 from tests.bench.contenders import TOPOLOGY_AWARE_CONFIG
 
-MEASURES = ("lifecycle", "create", "after", "empty")
+MEASURES = ("lifecycle", "create", "after", "empty", "sync")
 _CMP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _LIBC = ctypes.CDLL(None)
 
@@ -140,6 +145,37 @@ def _lifecycle_frames(loop: Loop, n: int, pods: int) -> list[Message]:
         loop.frame("StopContainer", api.StopContainerRequest(pod=pod, container=stopped)),
         loop.frame("RemoveContainer", api.RemoveContainerRequest(pod=pod, container=running)),
     ]
+
+
+def _synchronize_payload(live: int) -> bytes:
+    pods, containers = workload.existing_state(live)
+    request = api.SynchronizeRequest(
+        pods=[api.PodSandbox().from_dict(p) for p in pods],
+        containers=[api.Container().from_dict(c) for c in containers],
+    )
+    return bytes(request)
+
+
+def run_sync(live: int, policies: int, host_root: str) -> dict[str, Any]:
+    """Each policy answers one Synchronize, as after a start; its set-up is not measured."""
+    payload = _synchronize_payload(live)
+    written = 0
+    for _ in range(policies):
+        doc = load_document(parse_yaml(TOPOLOGY_AWARE_CONFIG))
+        policy = create_policy(doc.policy_name)
+        policy.setup(doc.spec, PolicyEnv(host_root=host_root))
+        replies: list[bytes] = []
+
+        def answer() -> None:
+            pods, containers, _ = wire.synchronize_request(payload)
+            updates = policy.synchronize(pods, containers)  # noqa: B023 - called now
+            replies.append(bytes(wire.updates_field(1, updates)))  # noqa: B023
+
+        gc.collect()
+        gc.freeze()
+        _measured(answer)
+        written += len(replies[0])
+    return {"live": live, "lifecycles": policies, "measure": "sync", "bytes": written}
 
 
 async def run_inner(
@@ -234,7 +270,10 @@ def main() -> None:
     parser.add_argument("--host-root", default="", help="sysfs root (default: this machine)")
     parser.add_argument("--inner", action="store_true", help="run the loop (under valgrind)")
     args = parser.parse_args()
-    if args.inner:
+    if args.inner and args.measure == "sync":
+        _log_to_devnull()
+        print(json.dumps(run_sync(args.live, args.lifecycles, args.host_root)))
+    elif args.inner:
         _log_to_devnull()
         report = trio.run(
             run_inner, args.live, args.lifecycles, args.measure, args.host_root, args.warmup

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from nri_resmgr.config.models import BalloonType
-from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.policies import create_policy

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.cpus.tight import AllocationError, pick_cpus
+from nri_resmgr.cpus.errors import AllocationError
+from nri_resmgr.cpus.tight import pick_cpus
 from nri_resmgr.cpuset import CpuSet, CpuSetError
 from nri_resmgr.sysfs import discover
 from tests.sysfs.fakesys import N4C16, write_sysfs

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import pytest
 
-from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.allocations import Allocation, Kind
 from nri_resmgr.policies.balloons import BalloonsPolicy

@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, Phase, assume, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from nri_resmgr.config.models import BalloonType, PolicySpec
-from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.policies.allocations import Allocation, Kind

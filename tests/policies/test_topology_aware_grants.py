@@ -14,7 +14,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Container, Pod
 from tests.policies.test_topology_aware import (

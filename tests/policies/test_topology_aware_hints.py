@@ -16,7 +16,7 @@ import pytest
 
 from nri_resmgr.config import notapplied
 from nri_resmgr.cpus import Priority
-from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.policies.topology_aware.hint_sources import (

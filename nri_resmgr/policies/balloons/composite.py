@@ -7,14 +7,11 @@ each."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
 
 from nri_resmgr.config.models import BalloonType
 from nri_resmgr.cpuset import CpuSet
-
-if TYPE_CHECKING:
-    from nri_resmgr.policies.balloons.state import Balloon, Balloons
+from nri_resmgr.policies.balloons.balloon import Balloon
 
 
 def _all(balloons: list[Balloon]) -> Iterator[Balloon]:
@@ -23,34 +20,35 @@ def _all(balloons: list[Balloon]) -> Iterator[Balloon]:
         yield from _all(b.components)
 
 
-def instances(state: Balloons, name: str) -> int:
-    """Balloons of type ``name``, whether on their own or as components."""
-    return sum(1 for b in _all(state.balloons) if b.type.name == name)
+def instances(balloons: list[Balloon], name: str) -> int:
+    """Balloons of type ``name`` among ``balloons``, whether on their own or as components."""
+    return sum(1 for b in _all(balloons) if b.type.name == name)
 
 
-def components(state: Balloons, t: BalloonType) -> list[Balloon] | None:
-    """New, empty component balloons for a composite balloon of ``t``."""
-    from nri_resmgr.policies.balloons.state import Balloon
-
-    by_name = {x.name: x for x in state.types}
+def components(
+    types: Sequence[BalloonType], balloons: list[Balloon], t: BalloonType
+) -> list[Balloon] | None:
+    """New, empty component balloons for a composite balloon of ``t``; ``types`` are the
+    configured types and ``balloons`` the live ones (instances are counted among them)."""
+    by_name = {x.name: x for x in types}
     wanted = [by_name[c.balloon_type] for c in t.components if c.balloon_type in by_name]
     if len(wanted) != len(t.components):
         return None
     if t.component_creation == "balance-balloons":
-        counts = [(instances(state, w.name), i) for i, w in enumerate(wanted)]
+        counts = [(instances(balloons, w.name), i) for i, w in enumerate(wanted)]
         wanted = [wanted[min(counts)[1]]]
     out = []
     for w in wanted:
-        inner = components(state, w) if w.components else []
+        inner = components(types, balloons, w) if w.components else []
         if inner is None:
             return None
-        out.append(Balloon(w, instances(state, w.name), CpuSet(), components=inner))
+        out.append(Balloon(w, instances(balloons, w.name), CpuSet(), components=inner))
     return out
 
 
-def resize(state: Balloons, b: Balloon, count: int) -> bool:
+def resize(resize_one: Callable[[Balloon, int], bool], b: Balloon, count: int) -> bool:
     """Give each component an equal share of ``count`` CPUs (rounded up, within the
-    component type's minCPUs/maxCPUs); all or nothing."""
+    component type's minCPUs/maxCPUs) with ``resize_one``; all or nothing."""
     before = [(c, c.cpus) for c in _all(b.components)]
     share = count * 1000 // len(b.components)
     for comp in b.components:
@@ -58,7 +56,7 @@ def resize(state: Balloons, b: Balloon, count: int) -> bool:
         n = math.ceil(share / 1000)
         n = max(n, t.min_cpus)
         n = min(n, t.max_cpus) if t.max_cpus > 0 else n
-        ok = state.resize(comp, n)
+        ok = resize_one(comp, n)
         # The composite holds what its components hold, so that free() stays right.
         b.cpus = CpuSet.union_all(c.cpus for c in b.components)
         if not ok:

@@ -9,7 +9,8 @@ import logging
 
 from nri_resmgr.config.models import BalloonsSpec
 from nri_resmgr.control import FreqClass
-from nri_resmgr.policies.balloons.state import Balloon, Balloons
+from nri_resmgr.policies.balloons.balloon import Balloon
+from nri_resmgr.policies.balloons.state import Balloons
 
 log = logging.getLogger(__name__)
 

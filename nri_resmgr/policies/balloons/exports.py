@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from nri_resmgr.instrumentation.exports import PolicyGauge, TopologyZone, ZoneResource, milli
 from nri_resmgr.policies.allocations import Allocation
+from nri_resmgr.policies.balloons.balloon import Balloon
 from nri_resmgr.policies.balloons.metrics import HELP, METRIC, balloon_samples
-from nri_resmgr.policies.balloons.state import Balloon, Balloons
+from nri_resmgr.policies.balloons.state import Balloons
 from nri_resmgr.policies.requests import container_request
 
 GAUGE = METRIC

@@ -6,7 +6,8 @@ from __future__ import annotations
 import attrs
 
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.policies.balloons.state import Balloon, Balloons
+from nri_resmgr.policies.balloons.balloon import Balloon
+from nri_resmgr.policies.balloons.state import Balloons
 
 METRIC = "nri_policy_balloons_cores"
 HELP = "CPUs"

@@ -12,17 +12,18 @@ from nri_resmgr.config.expressions import evaluate, expand
 from nri_resmgr.config.models import BalloonsSpec, BalloonType, PolicySpec
 from nri_resmgr.config.notapplied import report
 from nri_resmgr.control import CpuFreqControl, FreqClass
-from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.instrumentation.exports import PolicyGauge, TopologyZone
 from nri_resmgr.policies.allocations import Allocation
 from nri_resmgr.policies.annotations import lookup, lookup_bool
 from nri_resmgr.policies.balloons import cpuclasses, exports
+from nri_resmgr.policies.balloons.balloon import Balloon
 from nri_resmgr.policies.balloons.devices import close_cpus
 from nri_resmgr.policies.balloons.keys import NOT_APPLIED
 from nri_resmgr.policies.balloons.restore import Live, rebuild
-from nri_resmgr.policies.balloons.state import Balloon, Balloons
+from nri_resmgr.policies.balloons.state import Balloons
 from nri_resmgr.policies.balloons.types import (
     DEFAULT,
     RESERVED,

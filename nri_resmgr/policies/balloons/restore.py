@@ -14,7 +14,8 @@ from nri_resmgr.config.models import BalloonType
 from nri_resmgr.cpus.tight import pick_cpus
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.allocations import Allocation, Kind
-from nri_resmgr.policies.balloons.state import Balloon, Balloons, target_cpus
+from nri_resmgr.policies.balloons.balloon import Balloon
+from nri_resmgr.policies.balloons.state import Balloons, target_cpus
 from nri_resmgr.policies.balloons.types import RESERVED
 from nri_resmgr.resmgr.model import Container, Pod
 

@@ -13,37 +13,12 @@ from nri_resmgr.config.models import BalloonsSpec, BalloonType
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.allocations import Allocation, follow
 from nri_resmgr.policies.balloons import composite, cputree
+from nri_resmgr.policies.balloons.balloon import Balloon
 from nri_resmgr.policies.balloons.members import Members, Wanted
 from nri_resmgr.resmgr.model import Update
 from nri_resmgr.sysfs import MemoryType, System
 
 log = logging.getLogger(__name__)
-
-
-@attrs.define
-class Balloon:
-    """A live balloon (mutable bookkeeping, owned by ``Balloons``)."""
-
-    type: BalloonType
-    index: int
-    cpus: CpuSet
-    members: dict[str, int] = attrs.field(factory=dict)
-    """container id -> mCPU request."""
-    pods: dict[str, str] = attrs.field(factory=dict)
-    """container id -> pod id."""
-    namespaces: dict[str, str] = attrs.field(factory=dict)
-    groups: dict[str, str] = attrs.field(factory=dict)
-    """container id -> groupBy value (only for types with groupBy)."""
-    components: list[Balloon] = attrs.field(factory=list)
-    """The component balloons of a composite balloon (their CPUs make up ``cpus``)."""
-
-    @property
-    def name(self) -> str:
-        return f"{self.type.name}[{self.index}]"
-
-    @property
-    def requested(self) -> int:
-        return sum(self.members.values())
 
 
 def target_cpus(t: BalloonType, requested: int, has_members: bool) -> int:
@@ -166,7 +141,7 @@ class Balloons:
     def resize(self, b: Balloon, count: int) -> bool:
         """Grow or shrink ``b`` to ``count`` CPUs; False if there are not enough free CPUs."""
         if b.components:
-            return composite.resize(self, b, count)
+            return composite.resize(self.resize, b, count)
         have = len(b.cpus)
         if count > have:
             extra = self._pick(b.type, b.cpus, count - have)
@@ -204,7 +179,7 @@ class Balloons:
         used = {b.index for b in self.of_type(t)}
         index = next(i for i in range(len(used) + 1) if i not in used)
         if cpus is None and t.components:
-            parts = composite.components(self, t)
+            parts = composite.components(self.types, self.balloons, t)
             if parts is None:
                 return None
             b = Balloon(t, index, CpuSet(), components=parts)

@@ -11,7 +11,7 @@ import attrs
 from nri_resmgr.config.expressions import evaluate
 from nri_resmgr.config.models import BalloonsSpec, BalloonType
 from nri_resmgr.config.validate import validate_spec
-from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.policies.annotations import lookup
 from nri_resmgr.policies.subject import container_subject
 from nri_resmgr.resmgr.model import Container, Pod

@@ -13,15 +13,12 @@ topology hints, affinities, a pool that is full) goes through ``Engine.grant`` i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from nri_resmgr.policies.allocations import Allocation, Kind
 from nri_resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.policies.topology_aware.hint_sources import container_hints
+from nri_resmgr.policies.topology_aware.live import Live
 from nri_resmgr.policies.topology_aware.memory import memory_want
-
-if TYPE_CHECKING:  # restore imports this module
-    from nri_resmgr.policies.topology_aware.restore import Live
 
 __all__ = ["place_all"]
 

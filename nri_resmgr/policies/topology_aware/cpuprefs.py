@@ -17,24 +17,18 @@ isolated fails creation instead of running on ordinary exclusive CPUs.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import attrs
 
 from nri_resmgr.cpus import Priority, topology_of
-from nri_resmgr.cpus.tight import PlacementError
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.annotations import DOMAIN, lookup, lookup_bool
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.sysfs import System
 from nri_resmgr.sysfs.cpudetails import CoreKind
 
-if TYPE_CHECKING:
-    from nri_resmgr.policies.topology_aware.preferences import Want
-
 __all__ = [
     "Isolation",
-    "check_required_isolation",
     "cpu_priority",
     "isolation",
     "priority_capacity",
@@ -114,11 +108,3 @@ def priority_capacity(
         part = 1
     cpus = scoring_priorities(system)[prefer]
     return len(cpus & sharable) * 1000 - (1000 * full + part)
-
-
-def check_required_isolation(want: Want, isolated: bool, name: str) -> None:
-    """Raise PlacementError if ``want`` requires isolated CPUs and its grant has none."""
-    if want.require_isolated and want.isolated and want.exclusive >= 1 and not isolated:
-        raise PlacementError(
-            f"{name}: {REQUIRE}: granted isolated CPUs fewer than the {want.exclusive} requested"
-        )

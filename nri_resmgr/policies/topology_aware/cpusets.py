@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.allocations import BY_CONTAINER_ID, Allocation, Kind, follow
 from nri_resmgr.policies.annotations import lookup_bool

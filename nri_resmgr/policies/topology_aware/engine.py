@@ -13,15 +13,12 @@ import logging
 from collections.abc import Mapping
 
 from nri_resmgr.cpus import Priority, allocate_cpus
-from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.allocations import NO_CPUS, Allocation, Kind, PoolLoad
 from nri_resmgr.policies.topology_aware.affinity import placed_weights
 from nri_resmgr.policies.topology_aware.affinity import pool_score as affinity_score
-from nri_resmgr.policies.topology_aware.cpuprefs import (
-    check_required_isolation,
-    priority_capacity,
-)
+from nri_resmgr.policies.topology_aware.cpuprefs import priority_capacity
 from nri_resmgr.policies.topology_aware.cpusets import Cpusets
 from nri_resmgr.policies.topology_aware.hint_sources import container_hints
 from nri_resmgr.policies.topology_aware.hints import (
@@ -34,19 +31,16 @@ from nri_resmgr.policies.topology_aware.hints import (
     strict_failure,
     take_cpus,
 )
-from nri_resmgr.policies.topology_aware.memory import (
-    MemoryWant,
-    memory_key,
-    memory_want,
-)
+from nri_resmgr.policies.topology_aware.memory import MemoryWant, memory_want
 from nri_resmgr.policies.topology_aware.pools import Pool
-from nri_resmgr.policies.topology_aware.preferences import Want
+from nri_resmgr.policies.topology_aware.preferences import Want, check_required_isolation
 from nri_resmgr.policies.topology_aware.scoring import (
     LEVEL_VALUES,
     Ask,
     PoolScore,
     best,
     find_existing_level,
+    memory_key,
 )
 from nri_resmgr.policies.topology_aware.supply import Candidate
 from nri_resmgr.resmgr.model import Container, Pod

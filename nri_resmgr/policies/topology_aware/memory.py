@@ -1,12 +1,11 @@
-"""Memory-aware placement: memory types per pool, what a container asks of memory, and the
-memory criterion of pool scoring. The zones and offers themselves are in ``memzones``."""
+"""Memory-aware placement: memory types per pool and what a container asks of memory. The
+zones and offers are in ``memzones``, the memory criterion of pool scoring in ``scoring``."""
 
 from __future__ import annotations
 
 import functools
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import attrs
 
@@ -17,12 +16,9 @@ from nri_resmgr.policies.requests import QoS, Request, container_request
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.sysfs import MemoryType, System
 
-if TYPE_CHECKING:
-    from nri_resmgr.policies.topology_aware.memzones import MemoryAllocator, Offer
-
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_TYPES", "MemoryWant", "attached_memory", "memory_key", "memory_want"]
+__all__ = ["DEFAULT_TYPES", "MemoryWant", "attached_memory", "memory_want"]
 
 ANNOTATION = "memory-type"
 DEFAULT_TYPES = MemoryType.DRAM | MemoryType.PMEM
@@ -121,31 +117,3 @@ def _limited(types: MemoryType, available: MemoryType) -> MemoryType | None:
 def lookup_memory_preserve(pod: Pod, container: Container) -> bool:
     value = lookup(pod, container, "memory.preserve")
     return value is not None and value.strip().lower() in ("true", "1", "t", "yes")
-
-
-def memory_key(
-    alloc: MemoryAllocator, pool_mems: CpuSet, want: MemoryWant | None
-) -> tuple[int, ...]:
-    """Pool scoring's memory criterion for ``want`` in a pool with memory ``pool_mems``
-    (empty when there is no memory request to weigh: callers placing without a container)."""
-    if want is None:
-        return ()
-    return score(alloc.offer(want.container_id, pool_mems, want), want, pool_mems, alloc)
-
-
-def score(
-    offer: Offer | None, want: MemoryWant, pool_mems: CpuSet, alloc: MemoryAllocator
-) -> tuple[int, ...]:
-    """The memory criteria of nri-plugins' compareScores, as a key where larger wins:
-    an offer beats none; an offer of exactly the wanted types wins; with a limit above the
-    request, a pool whose memory of those types covers the limit (no limit: more memory);
-    then the tighter offer (fewer nodes); then a pool that has the wanted types at all."""
-    if offer is None:
-        return (0, 0, 0, 0, 0)
-    types = want.types
-    typed = alloc.typed(pool_mems, types)
-    burst = 0
-    if want.amount != want.limit:
-        capacity = alloc.capacity(typed)
-        burst = int(capacity >= want.limit) if want.limit else capacity
-    return (1, int(offer.types == types), burst, -offer.size, int(bool(typed)))

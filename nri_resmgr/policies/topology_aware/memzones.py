@@ -9,7 +9,7 @@ its types (then of DRAM, PMEM, HBM) — lowest priority first (QoS class), small
 first, until nothing is overcommitted. If that cannot be done the request fails.
 
 An *offer* is what the allocation would be for one pool, computed and undone without
-changing anything; pool scoring compares offers (``memory.score``), and the chosen pool's
+changing anything; pool scoring compares offers (``scoring.score``), and the chosen pool's
 offer is committed. Node masks are ints (bit n = NUMA node n): zones are compared and unioned
 a lot.
 """

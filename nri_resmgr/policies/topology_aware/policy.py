@@ -10,7 +10,7 @@ import attrs
 
 from nri_resmgr.config.models import PolicySpec, TopologyAwareSpec
 from nri_resmgr.config.notapplied import report
-from nri_resmgr.cpus.tight import PlacementError
+from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.instrumentation.exports import PolicyGauge, TopologyZone
@@ -25,9 +25,10 @@ from nri_resmgr.policies.topology_aware import exports
 from nri_resmgr.policies.topology_aware.claims import ClaimBook, is_claim_entry
 from nri_resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.policies.topology_aware.keys import NOT_APPLIED, NOT_APPLIED_ANNOTATIONS
+from nri_resmgr.policies.topology_aware.live import Live
 from nri_resmgr.policies.topology_aware.pools import build_pools
 from nri_resmgr.policies.topology_aware.preferences import wanted
-from nri_resmgr.policies.topology_aware.restore import Live, restore
+from nri_resmgr.policies.topology_aware.restore import restore
 from nri_resmgr.resmgr.model import (
     Adjustment,
     Container,

@@ -10,10 +10,11 @@ import attrs
 
 from nri_resmgr.config.models import TopologyAwareSpec
 from nri_resmgr.cpus import Priority
+from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.policies.allocations import Kind
 from nri_resmgr.policies.annotations import lookup, lookup_bool
 from nri_resmgr.policies.requests import QoS, Request
-from nri_resmgr.policies.topology_aware.cpuprefs import cpu_priority, isolation
+from nri_resmgr.policies.topology_aware.cpuprefs import REQUIRE, cpu_priority, isolation
 from nri_resmgr.resmgr.model import Container, Pod
 
 KUBE_SYSTEM = "kube-system"
@@ -120,3 +121,11 @@ def _guaranteed(pod: Pod, container: Container, r: int, spec: TopologyAwareSpec)
         return shared
     # Multi-CPU exclusive requests go isolated only when annotated so, not by config default.
     return Want(Kind.EXCLUSIVE, cores, r, isolated=isolated_annotation is True)
+
+
+def check_required_isolation(want: Want, isolated: bool, name: str) -> None:
+    """Raise PlacementError if ``want`` requires isolated CPUs and its grant has none."""
+    if want.require_isolated and want.isolated and want.exclusive >= 1 and not isolated:
+        raise PlacementError(
+            f"{name}: {REQUIRE}: granted isolated CPUs fewer than the {want.exclusive} requested"
+        )

@@ -10,39 +10,19 @@ from collections.abc import Sequence
 
 import attrs
 
-from nri_resmgr.cpus.tight import PlacementError, pick_cpus
+from nri_resmgr.cpus.errors import PlacementError
+from nri_resmgr.cpus.tight import pick_cpus
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.allocations import Allocation, Kind
-from nri_resmgr.policies.requests import Request
 from nri_resmgr.policies.topology_aware.batch import place_all
 from nri_resmgr.policies.topology_aware.engine import Engine
+from nri_resmgr.policies.topology_aware.live import Live
 from nri_resmgr.policies.topology_aware.preferences import Want
-from nri_resmgr.resmgr.model import Container, Pod, Update
+from nri_resmgr.resmgr.model import Update
 
 log = logging.getLogger(__name__)
 
 _BY_CONTAINER_ID = operator.attrgetter("container.id")
-
-
-@attrs.frozen
-class Live:
-    """A running container, what it wants, and the cpuset/mems it has now."""
-
-    pod: Pod
-    container: Container
-    want: Want
-    keep_mems: bool
-    cpus: CpuSet | None
-    mems: CpuSet | None
-    req: Request
-    """The request ``want`` was derived from, kept for the memory want (``memory_want``)."""
-    fell_back: bool = False
-    """A reserved-class container that runs on normal shared CPUs because the reserved ones
-    were full when it came: restore keeps it there while that still holds."""
-
-    @property
-    def name(self) -> str:
-        return f"{self.pod.namespace}/{self.pod.name}/{self.container.name}"
 
 
 def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list[Update]:

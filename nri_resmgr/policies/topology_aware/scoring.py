@@ -34,6 +34,9 @@ import functools
 import attrs
 
 from nri_resmgr.cpus import Priority
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.topology_aware.memory import MemoryWant
+from nri_resmgr.policies.topology_aware.memzones import MemoryAllocator, Offer
 from nri_resmgr.policies.topology_aware.pools import Pool
 
 LEVEL_VALUES = {"system": 1, "package": 2, "die": 3, "numa": 4, "l3cache": 5}
@@ -77,7 +80,7 @@ class PoolScore:
     """mCPU of free CPUs of the preferred priority left after the request (negative: too
     few; upstream score.PrioCapacity); 0 without a preference."""
     memory: tuple[int, ...] = ()
-    """The memory criteria as a key where larger wins (``memory.score``): offer, exact
+    """The memory criteria as a key where larger wins (``score``): offer, exact
     types, burstability, then tightness and having the type; empty without a memory want."""
     hints: tuple[float, float] | None = None
     """Topology hint score: the product of the hints' scores and of the non-zero ones
@@ -212,3 +215,31 @@ def _postorder_key(pools: list[Pool], index: int) -> tuple[int, ...]:
         path.append(pools[node.parent].children.index(node.index))
         node = pools[node.parent]
     return (*reversed(path), len(pools))
+
+
+def memory_key(
+    alloc: MemoryAllocator, pool_mems: CpuSet, want: MemoryWant | None
+) -> tuple[int, ...]:
+    """Pool scoring's memory criterion for ``want`` in a pool with memory ``pool_mems``
+    (empty when there is no memory request to weigh: callers placing without a container)."""
+    if want is None:
+        return ()
+    return score(alloc.offer(want.container_id, pool_mems, want), want, pool_mems, alloc)
+
+
+def score(
+    offer: Offer | None, want: MemoryWant, pool_mems: CpuSet, alloc: MemoryAllocator
+) -> tuple[int, ...]:
+    """The memory criteria of nri-plugins' compareScores, as a key where larger wins:
+    an offer beats none; an offer of exactly the wanted types wins; with a limit above the
+    request, a pool whose memory of those types covers the limit (no limit: more memory);
+    then the tighter offer (fewer nodes); then a pool that has the wanted types at all."""
+    if offer is None:
+        return (0, 0, 0, 0, 0)
+    types = want.types
+    typed = alloc.typed(pool_mems, types)
+    burst = 0
+    if want.amount != want.limit:
+        capacity = alloc.capacity(typed)
+        burst = int(capacity >= want.limit) if want.limit else capacity
+    return (1, int(offer.types == types), burst, -offer.size, int(bool(typed)))
