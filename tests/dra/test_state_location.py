@@ -22,8 +22,11 @@ from nri_resmgr.dra.state import ClaimRecord, ClaimStore, PreparedResult, on_tmp
 SHM = Path("/dev/shm")
 
 
-def record(uid: str = "u1") -> ClaimRecord:
-    return ClaimRecord(uid, "ns", "c", CpuSet.parse("6-7"), (PreparedResult("r", "cpu6"),), "f")
+U1, U2 = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
+
+
+def record(uid: str = U1) -> ClaimRecord:
+    return ClaimRecord(uid, "ns", "c", CpuSet.parse("6-7"), (PreparedResult("r", "cpu6"),))
 
 
 def mount_table(tmp_path: Path, *lines: str) -> Path:
@@ -139,14 +142,14 @@ def test_the_record_is_fsynced_only_off_tmpfs(
     store = ClaimStore(tmp_path / "state")
     assert store.durable is not on_memory
     store.load()
-    store.put(record("u1"))
-    store.put(record("u2"))
-    store.remove("u1")
+    store.put(record(U1))
+    store.put(record(U2))
+    store.remove(U1)
     assert len(fsyncs) == (0 if on_memory else 3)
     # Either way the file is complete and reloads.
     again = ClaimStore(tmp_path / "state")
     again.load()
-    assert list(again.records) == ["u2"]
+    assert list(again.records) == [U2]
     assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["dra-claims.json"]
 
 
@@ -158,7 +161,7 @@ def test_an_explicit_choice_overrides_the_detection(
     store = ClaimStore(tmp_path, durable=True)
     store.put(record())
     assert len(fsyncs) == 1
-    ClaimStore(tmp_path, durable=False).put(record("u2"))
+    ClaimStore(tmp_path, durable=False).put(record(U2))
     assert len(fsyncs) == 1
 
 
