@@ -18,6 +18,7 @@ from nri_resmgr.cli import parse_options
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra import setup, state
 from nri_resmgr.dra.state import ClaimRecord, ClaimStore, PreparedResult, on_tmpfs
+from tests.peers import missing_peer
 
 SHM = Path("/dev/shm")
 
@@ -55,7 +56,7 @@ def test_tmpfs_detection_agrees_with_stat_on_the_real_mount_table(
 ) -> None:
     directory = SHM if where == "shm" else tmp_path
     if not directory.is_dir():
-        pytest.skip(f"{directory} does not exist here")
+        missing_peer(f"{directory} does not exist here")
     expected = filesystem_type(directory) in {"tmpfs", "ramfs"}
     assert on_tmpfs(directory) is expected
     # A directory that does not exist yet is judged by its nearest existing parent.
