@@ -30,6 +30,7 @@ CORE_PATHS = {
     "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets",
+    "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
 }
 PLURALS = {"TopologyAwarePolicy": "topologyawarepolicies", "BalloonsPolicy": "balloonspolicies"}
 
@@ -388,3 +389,17 @@ def test_api_server_bounds_free_form_fields_and_cpu_values(
         response = create(api, cr_path("TemplatePolicy"), document)
     assert response.status_code == 422, response.text[:300]
     assert complaint in message(response)
+
+
+@pytest.mark.parametrize("peers", ["[]", '[{"podSelector": {"matchLabels": {"app": "prom"}}}]'])
+def test_the_api_server_accepts_the_network_policy(
+    server: ApiServer, helm: Helm, peers: str
+) -> None:
+    docs = documents(helm.template(chart("template"), "--set", "networkPolicy.enabled=true",
+                                   "--set-json", f"networkPolicy.from={peers}"))  # fmt: skip
+    (netpol,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    with client(server) as api:
+        path = CORE_PATHS["NetworkPolicy"].format(ns=NAMESPACE)
+        response = api.post(path, json=netpol, params={"fieldValidation": "Strict",
+                                                       "dryRun": "All"})  # fmt: skip
+    assert response.status_code == 201, response.text
