@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +27,7 @@ from nri_resmgr.observability.connections import connection_cap
 from nri_resmgr.sim.runtime import Simulator
 from tests.agent.conftest import template_crd  # noqa: F401  (fixture)
 from tests.agent.test_agent_integration import cr
+from tests.agent.test_dra_process import kubelet_dirs  # noqa: F401  (fixture)
 from tests.agent.test_process import admin  # noqa: F401  (fixture)
 from tests.dra.conftest import kubelet_stubs  # noqa: F401  (fixture)
 from tests.dra.kubelet_client import Kubelet, KubeletStubs
@@ -44,16 +42,6 @@ CLIENTS = 300
 GUARD = 60.0  # a hang guard, not a timing assertion
 DRIVER = "template.nri.io"
 CLAIM = "0b6f1c2e-9d4a-4e57-8a3b-2c1d5e6f7a80"
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # Unix socket paths must stay short; pytest's tmp_path may be too long.
-    root = Path(tempfile.mkdtemp(prefix="fds-"))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def open_descriptors(pid: int) -> int:
@@ -82,9 +70,10 @@ async def test_slow_http_clients_leave_nri_and_dra_serviceable(
     template_crd: ApiServer,  # noqa: F811
     admin: tuple[KubeClient, str, str],  # noqa: F811
     kubelet_stubs: KubeletStubs,  # noqa: F811
-    short_dir: Path,
+    kubelet_dirs: tuple[Path, Path],  # noqa: F811
 ) -> None:
     client, ns, node = admin
+    short_dir = kubelet_dirs[0].parent  # short: unix socket paths are limited
     port = free_port()
     spec = {"dra": {"enabled": True}, "instrumentation": {"httpEndpoint": f"127.0.0.1:{port}"}}
     await client.create(TEMPLATE_POLICIES, cr("default", "750m", **spec), ns)
