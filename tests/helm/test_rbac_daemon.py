@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +36,10 @@ from tests.helm.test_apply import (
     client,
     create,
     nrt_crd_or_missing,
+    server,  # noqa: F401  (fixture: this module's own API server)
     wait_established,
 )
-from tests.kube.apiserver import ApiServer, start_apiserver
+from tests.kube.apiserver import ApiServer
 
 pytestmark = pytest.mark.integration
 
@@ -57,15 +57,6 @@ PATHS = {
     "TopologyAwarePolicy": f"/apis/config.nri/v1alpha1/namespaces/{NAMESPACE}/"
     "topologyawarepolicies",
 }
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    api = start_apiserver(tmp_path_factory.mktemp("rbac-apiserver"))
-    try:
-        yield api
-    finally:
-        api.shutdown()
 
 
 def install(api: httpx.Client, helm: Helm) -> None:
@@ -102,12 +93,12 @@ def pod_token(api: httpx.Client) -> str:
     return token
 
 
-def kubeconfig(server: ApiServer, token: str, path: Path) -> Path:
+def kubeconfig(api: ApiServer, token: str, path: Path) -> Path:
     path.write_text(f"""apiVersion: v1
 kind: Config
 current-context: agent
-clusters: [{{name: test, cluster: {{server: "{server.url}",
-            certificate-authority: "{server.workdir / "ca.crt"}"}}}}]
+clusters: [{{name: test, cluster: {{server: "{api.url}",
+            certificate-authority: "{api.workdir / "ca.crt"}"}}}}]
 contexts: [{{name: agent, context: {{cluster: test, user: agent}}}}]
 users: [{{name: agent, user: {{token: "{token}"}}}}]
 """)
@@ -125,7 +116,7 @@ def until(check: Any, what: str) -> Any:
 
 
 async def test_the_daemon_does_its_work_with_only_the_charts_permissions(
-    server: ApiServer,
+    server: ApiServer,  # noqa: F811
     helm: Helm,
     kubelet_stubs: KubeletStubs,  # noqa: F811
     kubelet_dirs: tuple[Path, Path],  # noqa: F811
