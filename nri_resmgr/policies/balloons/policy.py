@@ -38,6 +38,7 @@ from nri_resmgr.policies.requests import container_request, milli_cpu_to_shares
 from nri_resmgr.policies.subject import container_subject
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
 from nri_resmgr.resmgr.policy import PolicyEnv
+from nri_resmgr.shorten import shorten
 from nri_resmgr.sysfs import MemoryType, System
 from nri_resmgr.sysfs.caches import shared_caches
 
@@ -401,5 +402,5 @@ def _memory_type_annotation(live: Live) -> MemoryType | None:
     try:
         return MemoryType.parse(value)
     except ValueError as e:
-        log.error("%s: ignoring annotation memory-type: %s", live.name, e)
+        log.error("%s: ignoring annotation memory-type: %s", live.name, shorten(str(e)))
         return None
