@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from nri_resmgr.dra.cdi import CdiError, CdiWriter
 from nri_resmgr.dra.files import UnsafePath, read_file, write_file
 from nri_resmgr.dra.state import STATE_FILE, ClaimStore
 from tests.dra.claim_setup import DRIVER, Node, claim_object, make_node
@@ -236,3 +237,26 @@ async def test_a_long_uid_is_quoted_shortened(tmp_path: Path) -> None:
     outcome = (await node.preparer.prepare([node.ref(uid)]))[uid]
     assert "(100000 characters)" in outcome.error
     assert len(outcome.error) < 1000
+
+
+def test_the_cdi_writer_itself_refuses_a_uid_as_a_file_name(tmp_path: Path) -> None:
+    # Defence in depth: even a caller that skipped the check gets no path from a bad UID.
+    writer = CdiWriter(tmp_path, DRIVER)
+    for uid in ("x/../../escaped", "", UID.upper() + "Z"):
+        with pytest.raises(CdiError, match="is not a Kubernetes UID"):
+            writer.path(uid)
+    assert writer.path(UID) == tmp_path / cdi_name(UID)
+
+
+async def test_restore_replaces_a_symlink_planted_at_a_claims_cdi_spec(
+    tmp_path: Path, victim: Path
+) -> None:
+    first = make_node(tmp_path)
+    assert await prepare(first) == ""
+    spec = first.cdi_dir / cdi_name(UID)
+    spec.unlink()
+    spec.symlink_to(victim)  # the runtime would read the claim's env from someone else's file
+    node = first.restart()
+    assert spec.is_file() and not spec.is_symlink()
+    assert UID in spec.read_text() and victim.read_text() == VICTIM_TEXT
+    assert node.policy.claims.claims

@@ -45,3 +45,24 @@ async def test_the_registration_socket_has_the_same_limit(
         await _in_thread(stub.NotifyRegistrationStatus, request)
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert running_plugin.plugin.registrar.status is None  # never reached the handler
+
+
+def request_of_size(kubelet: Kubelet, version: str, size: int) -> object:
+    """A NodePrepareResourcesRequest whose encoding is exactly ``size`` bytes."""
+    for name_length in range(size - 100, size):
+        request = oversized(kubelet, version, name_length)
+        if request.ByteSize() == size:  # type: ignore[attr-defined]
+            return request
+    raise AssertionError(f"no request encodes to {size} bytes")
+
+
+async def test_the_limit_is_inclusive_as_grpcs(
+    running_plugin: RunningPlugin, kubelet: Kubelet
+) -> None:
+    stub = kubelet.dra_stub("v1", kubelet.channel(running_plugin.dra_socket))
+    at_limit = request_of_size(kubelet, "v1", MAX_RECEIVE_MESSAGE)
+    assert set((await _in_thread(stub.NodePrepareResources, at_limit)).claims) == {"big"}
+    over = request_of_size(kubelet, "v1", MAX_RECEIVE_MESSAGE + 1)
+    with pytest.raises(grpc.RpcError) as refused:
+        await _in_thread(stub.NodePrepareResources, over)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
