@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
 
+from tests.ci_policy import pytest_make_collect_report, pytest_runtest_makereport
 from tests.kube.apiserver import ApiServer, start_apiserver
+from tests.peers import in_ci
+
+__all__ = ["pytest_make_collect_report", "pytest_runtest_makereport"]  # hooks: CI never skips
 
 # No per-example deadline: hypothesis' default (200 ms) turns a slow moment on a shared
 # 2-core CI machine into a failure. Speed is measured in benchmarks, never asserted here.
 # Under CI the examples are derandomized, so a run is reproducible and a red CI is a real
 # regression; exploration with fresh seeds is `nox -s statemachine` and local runs.
-settings.register_profile(
-    "nri-resmgr", deadline=None, print_blob=True, derandomize=bool(os.environ.get("CI"))
-)
+settings.register_profile("nri-resmgr", deadline=None, print_blob=True, derandomize=in_ci())
 settings.load_profile("nri-resmgr")
 
 

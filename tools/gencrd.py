@@ -90,6 +90,15 @@ VALUES_PROPERTIES: Schema = {
         },
         "additionalProperties": False,
     },
+    "networkPolicy": {
+        "type": "object",
+        "properties": {
+            "enabled": {"type": "boolean"},
+            # NetworkPolicyPeer objects; the API server validates their content.
+            "from": {"type": "array", "items": {"type": "object"}},
+        },
+        "additionalProperties": False,
+    },
     "extraEnv": _strings(),
     "podAnnotations": _strings(),
     "podPriorityClassNodeCritical": {"type": "boolean"},

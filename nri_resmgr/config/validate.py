@@ -26,6 +26,9 @@ MAX_CPU_VALUE = 4096
 _QUANTITY = re.compile(r"^(\d+(\.\d+)?|\.\d+)(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 _CPULIST = re.compile(r"^\s*(\d+(-\d+)?)(\s*,\s*\d+(-\d+)?)*\s*$")
 _DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
+# A cpufreq governor's name as the kernel has them (CPUFREQ_NAME_LEN 16 with the NUL):
+# performance, powersave, schedutil, ... The value is written to scaling_governor.
+_GOVERNOR = re.compile(r"[a-z0-9_]{1,15}")
 
 
 def _check_cpu(value: str, path: str) -> list[str]:
@@ -145,6 +148,13 @@ def validate_spec(spec: PolicySpec, path: str = "spec") -> None:
             f"{path}.instrumentation.reportPeriod: expected a duration such as "
             f"'30s', got {short_repr(inst.report_period)}"
         )
+    errors += [
+        f"{path}.control.cpu.classes.{shorten(name, 40)}.freqGovernor: "
+        f"{short_repr(c.freq_governor)} is not a cpufreq governor name (lowercase letters, "
+        "digits and _, at most 15)"
+        for name, c in spec.control.cpu.classes.items()
+        if c.freq_governor and not _GOVERNOR.fullmatch(c.freq_governor)
+    ]
     if isinstance(spec, BalloonsSpec):
         errors += _check_balloons(spec, path)
     if errors:

@@ -15,7 +15,8 @@ is logged, never fatal: placement does not depend on frequencies.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import attrs
@@ -49,6 +50,26 @@ class CpuFreqControl:
         self._written: dict[Path, str] = {}
         """File -> what nri-resmgr last wrote there (and still owns)."""
         self._failed: set[Path] = set()
+
+    def read_only(self, classes: Iterable[FreqClass]) -> str | None:
+        """Which directory ``classes`` would write in is on a read-only filesystem (then they
+        can never be applied: a container's /sys is read-only unless mounted otherwise);
+        None when none is, or when the files do not exist (that is logged when written)."""
+        needed: list[Path] = []
+        present = list(classes)
+        cpus = sorted(self.system.cpus)
+        if cpus and any(c.min_freq or c.max_freq or c.governor for c in present):
+            needed.append(self.cpu_file(cpus[0], "scaling_governor").parent)
+        if any(c.uncore_min_freq or c.uncore_max_freq for c in present):
+            needed.append(self.root / "intel_uncore_frequency")
+        for directory in needed:
+            try:
+                flags = os.statvfs(directory).f_flag
+            except OSError:
+                continue
+            if flags & os.ST_RDONLY:
+                return f"{self._shown(directory)} is on a read-only filesystem"
+        return None
 
     def cpu_file(self, cpu: int, name: str) -> Path:
         return self.root / f"cpu{cpu}" / "cpufreq" / name

@@ -6,22 +6,29 @@ spec name for vendor ``<driver>``, class ``cpu``, id ``claim-<uid>``), holding o
 injects it for the CDI id kubelet passes at CreateContainer, and the policy sees it in the
 NRI container's env. ``cdiVersion`` 0.6.0: env-only specs need 0.3.0, and containerd 2.0-2.2
 refuse versions newer than their CDI library knows (1.1.0 fails before 2.3).
+
+The file name is made from the claim UID, which must be a Kubernetes UID (``state.CLAIM_UID``):
+nothing else reaches a path. Files are written, checked and removed through ``dra.files``
+(checked directory, random temporary name, no symlink followed): the CDI directory is shared
+with every other CDI producer on the node.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.dra.state import write_atomically
+from nri_resmgr.dra.files import is_regular_file, remove_file, write_file
+from nri_resmgr.dra.state import uid_problem
 from nri_resmgr.errors import ResmgrError
 from nri_resmgr.resmgr.model import claim_env_name
 
 CDI_DIR = "/var/run/cdi"
 CDI_VERSION = "0.6.0"
 CDI_CLASS = "cpu"
+CDI_DIR_MODE = 0o755
+"""As the CDI directory is usually made: the runtime reads it."""
 
 
 class CdiError(ResmgrError):
@@ -41,6 +48,9 @@ class CdiWriter:
         return f"{self.kind}={self.device_name(claim_uid)}"
 
     def path(self, claim_uid: str) -> Path:
+        problem = uid_problem(claim_uid)
+        if problem:
+            raise CdiError(f"no CDI spec for claim {problem}")
         return self.directory / f"{self.driver}-{CDI_CLASS}_{self.device_name(claim_uid)}.json"
 
     def spec(self, claim_uid: str, cpus: CpuSet) -> dict[str, object]:
@@ -61,20 +71,18 @@ class CdiWriter:
         try:
             # No fsync: the CDI directory is tmpfs (/var/run), and a spec lost with the
             # machine is rewritten from the state file at start (``ClaimPreparer.restore``).
-            write_atomically(path, data, mode=0o644, durable=False)
+            write_file(path.parent, path.name, data, 0o644, durable=False, dir_mode=CDI_DIR_MODE)
         except OSError as e:
             raise CdiError(f"cannot write CDI spec {path}: {e.strerror or e}") from e
         return path
 
-    def remove(self, path: str | Path) -> None:
+    def remove(self, claim_uid: str) -> None:
+        path = self.path(claim_uid)
         try:
-            Path(path).unlink()
-        except FileNotFoundError:
-            pass
+            remove_file(path.parent, path.name)
         except OSError as e:
             raise CdiError(f"cannot remove CDI spec {path}: {e.strerror or e}") from e
 
     def exists(self, claim_uid: str) -> bool:
-        with contextlib.suppress(OSError):
-            return self.path(claim_uid).is_file()
-        return False
+        path = self.path(claim_uid)
+        return is_regular_file(path.parent, path.name)

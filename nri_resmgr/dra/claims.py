@@ -10,6 +10,11 @@ Unprepare, per claim: release the CPUs, remove the CDI spec, drop the record. A 
 record (never prepared here, or already unprepared) succeeds: kubelet retries unprepare and
 may send claims whose Prepare failed.
 
+Claim UIDs: kubelet's UIDs become file names (the CDI spec) and env var names, so a UID that
+is not a Kubernetes UID (``state.CLAIM_UID``) is refused before anything else by Prepare;
+Unprepare of one succeeds at once (nothing can have been prepared under it) and builds no
+path.
+
 Idempotency: a second Prepare of a prepared UID answers the same devices and CDI ids (the
 policy claim and CDI file are re-asserted, not duplicated). At daemon start, ``restore``
 re-claims every recorded claim in the policy before any NRI request is served, so Synchronize
@@ -28,12 +33,13 @@ import trio
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra.cdi import CdiError, CdiWriter
 from nri_resmgr.dra.service import ClaimOutcome, ClaimRef, PreparedDevice
-from nri_resmgr.dra.state import ClaimRecord, ClaimStore, PreparedResult, StateError
+from nri_resmgr.dra.state import ClaimRecord, ClaimStore, PreparedResult, StateError, uid_problem
 from nri_resmgr.errors import ResmgrError
 from nri_resmgr.kube import ApiResource, KubeObject, NotFound
 from nri_resmgr.kube.resources import RESOURCE_CLAIMS
 from nri_resmgr.resmgr.model import Device
 from nri_resmgr.resmgr.policy import ClaimError, Policy
+from nri_resmgr.shorten import shorten
 
 log = logging.getLogger(__name__)
 
@@ -122,10 +128,11 @@ class ClaimPreparer:
         try:
             return ClaimOutcome(devices=await step(claim))
         except (ResmgrError, OSError) as e:
-            log.warning("DRA claim %s: %s", claim.describe(), e)
+            log.warning("DRA claim %s: %s", shorten(claim.describe(), 400), e)
             return ClaimOutcome(error=str(e))
 
     async def _prepare_one(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
+        _check_uid(ref)
         self._check_store()
         claim = await self._fetch(ref)
         allocated = self._allocated(ref, claim, await self.manager.dra_devices())
@@ -148,18 +155,16 @@ class ClaimPreparer:
     async def _persist(self, ref: ClaimRef, allocated: Allocated) -> ClaimRecord:
         """CDI spec, then the record; on failure neither is left and the CPUs go back."""
         try:
-            path = self.cdi.write(ref.uid, allocated.cpus)
+            self.cdi.write(ref.uid, allocated.cpus)
         except CdiError:
             await self.manager.release_claim(ref.uid)
             raise
-        record = ClaimRecord(
-            ref.uid, ref.namespace, ref.name, allocated.cpus, allocated.results, str(path)
-        )
+        record = ClaimRecord(ref.uid, ref.namespace, ref.name, allocated.cpus, allocated.results)
         try:
             self.store.put(record)
         except StateError:
             try:
-                self.cdi.remove(path)
+                self.cdi.remove(ref.uid)
             finally:
                 await self.manager.release_claim(ref.uid)
             raise
@@ -167,14 +172,18 @@ class ClaimPreparer:
         return record
 
     async def _unprepare_one(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
+        if uid_problem(ref.uid):
+            # Never prepared here (no record has such a UID): nothing to do, no path built.
+            log.debug("DRA unprepare of claim with a malformed UID: nothing prepared")
+            return ()
         self._check_store()
         record = self.store.get(ref.uid)
         if record is None:
             # Never prepared here (or already unprepared): success, and no stray spec left.
-            self.cdi.remove(self.cdi.path(ref.uid))
+            self.cdi.remove(ref.uid)
             return ()
         await self.manager.release_claim(ref.uid)
-        self.cdi.remove(record.cdi_file)
+        self.cdi.remove(ref.uid)
         self.store.remove(ref.uid)
         log.info("DRA claim %s unprepared: cpus %s released", ref.describe(), record.cpus)
         return ()
@@ -258,6 +267,13 @@ class ClaimPreparer:
             )
             for r in record.results
         )
+
+
+def _check_uid(ref: ClaimRef) -> None:
+    problem = uid_problem(ref.uid)
+    if problem:
+        where = f"{shorten(ref.namespace, 63)}/{shorten(ref.name, 253)}"
+        raise PrepareError(f"claim {where}: {problem}")
 
 
 def _describe(record: ClaimRecord) -> str:

@@ -22,11 +22,18 @@ Why each piece is here:
 * A server whose socket file vanished is unreachable for kubelet, and one whose listener died
   serves nobody; the watchdog notices both (it polls, see ``SOCKET_POLL_INTERVAL``) and raises
   ``ServerGaveUp``, a ``Fatal`` error.
+* grpclib has no receive-size limit: it reads whatever length a message's prefix announces
+  (up to 4 GiB). A request announcing more than ``MAX_RECEIVE_MESSAGE`` (grpc's own default,
+  so kubelet's calls to Go drivers are held to the same) is answered RESOURCE_EXHAUSTED
+  before its body is read (``_SizeCheckedData``); what was sent stays within grpclib's
+  flow-control window and is never acknowledged.
 
 grpclib private API used (pinned to grpclib 0.4.x in pyproject.toml): ``Server._server`` (the
-asyncio listener, closed on its own to stop accepting while requests drain) and
+asyncio listener, closed on its own to stop accepting while requests drain),
 ``Server._protocol_factory`` (wrapped to remember connections, so stop can close idle ones that
-grpclib's ``close()`` leaves open, and to batch their writes, see ``grpc_writes``).
+grpclib's ``close()`` leaves open, and to batch their writes, see ``grpc_writes``),
+``Server._mapping`` (each method's handler wrapped to check message sizes) and the server
+stream's ``_stream`` (the HTTP/2 stream its ``recv_message`` reads from).
 """
 
 from __future__ import annotations
@@ -64,6 +71,11 @@ DEFAULT_DRAIN_TIMEOUT = 5.0
 # Closing is quick (handlers are already cancelled); the bound only guards against a bug.
 CLOSE_TIMEOUT = 2.0
 SOCKET_MODE = 0o600
+MAX_RECEIVE_MESSAGE = 4 << 20
+"""Bytes of one request message; grpc's default ``MaxRecvMsgSize`` (kubelet's requests are
+a few hundred bytes per claim)."""
+_PREFIX = 5
+"""A gRPC message's prefix: a compression flag and a 4-byte big-endian length."""
 # Write bits for group and others on a socket directory: whoever has them could replace
 # our socket with their own and receive kubelet's calls.
 _UNSAFE_DIRECTORY_BITS = stat.S_IWGRP | stat.S_IWOTH
@@ -169,9 +181,13 @@ class _TrackingServer(Server):
     """A grpclib Server that remembers its connections so stop can close them, and whose
     connections send what one step writes in one write (``grpc_writes``)."""
 
-    def __init__(self, handlers: Sequence[Any]) -> None:
+    def __init__(self, handlers: Sequence[Any], max_message: int = MAX_RECEIVE_MESSAGE) -> None:
         super().__init__(handlers)
         self.protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
+        self._mapping = {
+            name: handler._replace(func=_size_checked(handler.func, max_message))
+            for name, handler in self._mapping.items()
+        }
 
     def _protocol_factory(self) -> H2Protocol:
         protocol = batch_writes(super()._protocol_factory())
@@ -199,6 +215,43 @@ class _TrackingServer(Server):
         # connection is already closed) and keeps those bogus errors out of the log.
         for handler in list(self._handlers):
             handler.close()
+
+
+def _size_checked(
+    func: Callable[[Any], Awaitable[None]], limit: int
+) -> Callable[[Any], Awaitable[None]]:
+    """A grpclib method handler whose stream refuses messages longer than ``limit``."""
+
+    async def handler(stream: Any) -> None:
+        stream._stream = _SizeCheckedData(stream._stream, limit)
+        await func(stream)
+
+    return handler
+
+
+class _SizeCheckedData:
+    """grpclib's HTTP/2 stream as its message reader sees it: it reads a 5-byte prefix, then
+    the length the prefix names; a prefix naming more than ``limit`` is refused before the
+    body is read. Everything else is the wrapped stream's."""
+
+    def __init__(self, inner: Any, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._prefix_next = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def recv_data(self, size: int) -> bytes:
+        data: bytes = await self._inner.recv_data(size)
+        is_prefix, self._prefix_next = self._prefix_next, not self._prefix_next
+        if is_prefix and size == _PREFIX and len(data) == _PREFIX:
+            length = int.from_bytes(data[1:], "big")
+            if length > self._limit:
+                why = f"request message of {length} bytes exceeds the limit of {self._limit}"
+                log.warning("gRPC request refused: %s", why)
+                raise GRPCError(Status.RESOURCE_EXHAUSTED, why)
+        return data
 
 
 HandlerFactory = Callable[[TrioGate], Sequence[Any]]

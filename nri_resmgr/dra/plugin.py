@@ -28,6 +28,7 @@ from nri_resmgr.dra.publisher import SlicePublisher
 from nri_resmgr.dra.registration import Registrar, registration_handlers
 from nri_resmgr.dra.service import ClaimBackend, ClaimHandler, ClaimService, dra_handlers
 from nri_resmgr.errors import Fatal
+from nri_resmgr.instrumentation import READINESS
 from nri_resmgr.resmgr.model import Device
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,7 @@ class KubeletPlugin:
             await self._stopped.wait()
             return
         self._stop_requested.set()
+        READINESS.set("dra", False)  # kubelet can no longer reach us
         try:
             # Phase one for both, before any drain: both sockets vanish together.
             self._registration.stop_accepting()

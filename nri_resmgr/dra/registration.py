@@ -4,6 +4,10 @@ kubelet's plugin watcher finds our ``<driver>-reg.sock``, calls ``GetInfo`` (1 s
 learn who we are and where the DRA service listens, validates, and reports the outcome with
 ``NotifyRegistrationStatus``.
 
+Readiness (``dra``) follows the registration over the daemon's life: not ready from a
+``GetInfo`` (kubelet registering us, again after its restart) until kubelet reports success,
+not ready after a failure, and not ready once the driver stops.
+
 A registration failure is logged as an error and recorded (``Registrar.status``, and
 ``Registrar.failed`` is set) but is NOT fatal: kubelet retries registration on its own, and the
 daemon's main job (NRI placement) must not stop because kubelet refused an optional DRA
@@ -55,6 +59,9 @@ class Registrar:
         self.registered = trio.Event()
 
     async def get_info(self, _: pb.InfoRequest) -> pb.PluginInfo:
+        # GetInfo starts a registration (kubelet started, or restarted and lost ours): not
+        # ready until kubelet confirms it.
+        READINESS.set("dra", False)
         return pb.PluginInfo(
             type=PLUGIN_TYPE,
             name=self.driver_name,

@@ -15,14 +15,21 @@ fsynced before the rename, so a power loss leaves the old record or the new. The
 not fsynced: a rename lost to a power loss leaves the previous, consistent record.
 A file that does not parse is never overwritten: the store is marked broken with the reason,
 every Prepare/Unprepare answers that reason until an operator removes the file.
+
+The file is not trusted: it is read only if it is a regular file (not a symlink) of at most
+``MAX_STATE_BYTES``, nested no deeper than the format (``MAX_DEPTH``), with every field of
+the type the format gives it and every claim keyed by a Kubernetes UID. No path is taken
+from it: the CDI spec of a claim is found from its UID (``cdiFile``, written by earlier
+versions, is ignored). Writes go through ``dra.files`` (random temporary names, no
+symlinks followed, checked directories).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,7 +37,9 @@ from typing import Any
 import attrs
 
 from nri_resmgr.cpuset import CpuSet, CpuSetError
+from nri_resmgr.dra.files import read_file, write_file
 from nri_resmgr.errors import ResmgrError
+from nri_resmgr.shorten import short_repr
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +49,32 @@ MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
 """Filesystems whose data dies with the machine: fsync has nothing to make durable."""
 MOUNTINFO = Path("/proc/self/mountinfo")
 NOT_FSYNCED = "tmpfs, not fsynced: kubelet prepares the claims again after a reboot"
+MAX_STATE_BYTES = 16 << 20
+"""A record is ~250 bytes: room for tens of thousands of claims, far more than a node has."""
+MAX_DEPTH = 5
+"""The format's nesting: document, claims, a claim, its results, a result."""
+
+CLAIM_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""The API server's UIDs (RFC 4122, lowercase, as ``uuid.NewUUID`` prints them); only such a
+UID becomes part of a file name."""
 
 
 class StateError(ResmgrError):
     """The state file cannot be read, parsed or written; the message names file and cause."""
+
+
+def is_claim_uid(uid: str) -> bool:
+    return CLAIM_UID.fullmatch(uid) is not None
+
+
+def uid_problem(uid: str) -> str | None:
+    """Why ``uid`` cannot be a claim's UID (None when it can)."""
+    if is_claim_uid(uid):
+        return None
+    return (
+        f"UID {short_repr(uid, 60)} is not a Kubernetes UID (8-4-4-4-12 lowercase hex "
+        "digits); it is never used in a file name"
+    )
 
 
 @attrs.frozen
@@ -61,7 +92,6 @@ class ClaimRecord:
     name: str
     cpus: CpuSet
     results: tuple[PreparedResult, ...]
-    cdi_file: str
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,21 +99,44 @@ class ClaimRecord:
             "name": self.name,
             "cpus": str(self.cpus),
             "results": [{"request": r.request, "device": r.device} for r in self.results],
-            "cdiFile": self.cdi_file,
         }
 
     @classmethod
-    def from_json(cls, uid: str, raw: Mapping[str, Any]) -> ClaimRecord:
+    def from_json(cls, uid: str, raw: object) -> ClaimRecord:
+        problem = uid_problem(uid)
+        if problem:
+            raise ValueError(f"claim {problem}")
+        where = f"claims.{uid}"
+        claim = _object(raw, where)
+        results = claim["results"]
+        if not isinstance(results, list):
+            raise TypeError(f"{where}.results is not a list")
         return cls(
             uid=uid,
-            namespace=str(raw["namespace"]),
-            name=str(raw["name"]),
-            cpus=CpuSet.parse(str(raw["cpus"])),
+            namespace=_string(claim, "namespace", where),
+            name=_string(claim, "name", where),
+            cpus=CpuSet.parse(_string(claim, "cpus", where)),
             results=tuple(
-                PreparedResult(str(r["request"]), str(r["device"])) for r in raw["results"]
+                PreparedResult(
+                    _string(_object(r, f"{where}.results[{i}]"), "request", where),
+                    _string(_object(r, f"{where}.results[{i}]"), "device", where),
+                )
+                for i, r in enumerate(results)
             ),
-            cdi_file=str(raw["cdiFile"]),
         )
+
+
+def _object(value: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{where} is not an object")
+    return value
+
+
+def _string(value: Mapping[str, Any], key: str, where: str) -> str:
+    text = value[key]
+    if not isinstance(text, str):
+        raise TypeError(f"{where}.{key} is not a string")
+    return text
 
 
 class ClaimStore:
@@ -102,15 +155,15 @@ class ClaimStore:
         how = "fsynced: not on a tmpfs" if self.durable else NOT_FSYNCED
         log.info("DRA claims recorded in %s (%s)", self.path, how)
         try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            self.records = {}
-            return
+            data = read_file(self.path.parent, self.path.name, MAX_STATE_BYTES)
         except OSError as e:
             self._break(f"cannot read DRA state file {self.path}: {e.strerror or e}")
             return
+        if data is None:
+            self.records = {}
+            return
         try:
-            self.records = parse(text)
+            self.records = parse(data.decode())
         except (ValueError, KeyError, TypeError, CpuSetError) as e:
             self._break(
                 f"DRA state file {self.path} is corrupt or truncated ({describe(e)}); "
@@ -150,33 +203,33 @@ class ClaimStore:
 
 
 def parse(text: str) -> dict[str, ClaimRecord]:
+    check_depth(text, MAX_DEPTH)
     body = json.loads(text)
     if not isinstance(body, dict) or body.get("version") != FORMAT_VERSION:
         raise ValueError(f"not a version {FORMAT_VERSION} claim state document")
     claims = body["claims"]
     if not isinstance(claims, dict):
         raise TypeError("claims is not an object")
-    return {str(uid): ClaimRecord.from_json(str(uid), raw) for uid, raw in claims.items()}
+    return {uid: ClaimRecord.from_json(uid, raw) for uid, raw in claims.items()}
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def check_depth(text: str, limit: int) -> None:
+    """Refuses JSON nested deeper than ``limit`` before the decoder (which recurses) sees it;
+    brackets inside strings do not count."""
+    depth = 0
+    for bracket in _BRACKETS.findall(_JSON_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        if depth > limit:
+            raise ValueError(f"nested deeper than the format's {limit} levels")
 
 
 def write_atomically(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = True) -> None:
-    """``path`` holds ``data`` or what it held before, whatever fails when; ``durable``:
-    the data reaches the disk before the rename (not needed on tmpfs)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # No .json suffix on the temporary name: CDI scanners read only .json/.yaml files.
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    """``path`` holds ``data`` or what it held before, whatever fails when (``dra.files``)."""
+    write_file(path.parent, path.name, data, mode, durable=durable)
 
 
 def on_tmpfs(directory: Path) -> bool:

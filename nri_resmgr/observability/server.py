@@ -1,8 +1,10 @@
 """The instrumentation HTTP service: /metrics, /healthz and /readyz on ``httpEndpoint``.
 
-hypercorn (trio worker) serves a tiny ASGI app, so no HTTP parsing is ours. Each connection
-is its own task and a stalled one times out (``read_timeout``), so a slow client costs a
-task, never the NRI or DRA paths, which share only the event loop with it.
+hypercorn serves a tiny ASGI app, so no HTTP parsing is ours. Each connection is its own
+task and a stalled one times out (``read_timeout``), so a slow client costs a task, never the
+NRI or DRA paths, which share only the event loop with it; and at most ``connection_cap()``
+connections are open at once (``connections``), so clients cannot take the file descriptors
+those paths need.
 
 The endpoint follows the configuration through a reconfigure hook: ``prepare`` parses and
 binds the new address before the policy sees the new spec, so a bad address or a port in
@@ -25,6 +27,7 @@ from nri_resmgr.config.models import PolicySpec
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.instrumentation import metrics
 from nri_resmgr.instrumentation.health import READINESS, Readiness
+from nri_resmgr.observability.connections import connection_cap, serve_capped
 from nri_resmgr.observability.endpoint import Endpoint, bind, parse_endpoint
 
 if TYPE_CHECKING:
@@ -138,34 +141,24 @@ class HttpService:
     async def _run_on(self, endpoint: Endpoint, sock: socket.socket) -> None:
         # Imported here: a daemon without an endpoint never pays for hypercorn (~50-200 ms).
         from hypercorn.app_wrappers import ASGIWrapper
-        from hypercorn.config import Config, Sockets
-
-        # worker_serve is hypercorn's trio worker loop; unlike serve() it takes bound sockets,
-        # which lets a reconfigure bind (and fail) before it commits. Pinned by the version range.
-        from hypercorn.trio.run import worker_serve
+        from hypercorn.config import Config
 
         config = Config()
         config.accesslog = None
         config.errorlog = logging.getLogger("hypercorn.error")
         config.read_timeout = READ_TIMEOUT
-        config.graceful_timeout = 0.5
+        cap = connection_cap()
         try:
             self.bound = sock.getsockname()[:2]
-            log.info("serving /metrics, /healthz, /readyz on http://%s", endpoint)
-            await worker_serve(
-                ASGIWrapper(cast("ASGIFramework", self._app)),
-                config,
-                sockets=Sockets([], [sock], []),
-            )
+            log.info("serving /metrics, /healthz, /readyz on http://%s (at most %d connections)",
+                     endpoint, cap)  # fmt: skip
+            await serve_capped(ASGIWrapper(cast("ASGIFramework", self._app)), config, sock, cap)
         finally:
             sock.close()
 
     # -- the ASGI app ---------------------------------------------------------------------
 
     async def _app(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
-            return
         if scope["type"] != "http":
             return
         status, headers, body = self._respond(scope)
@@ -207,16 +200,6 @@ def _header(scope: Scope, name: bytes) -> str:
         if key.lower() == name:
             return bytes(value).decode("latin-1")
     return ""
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 __all__ = ["READ_TIMEOUT", "HttpService"]

@@ -9,6 +9,7 @@ import logging
 
 from nri_resmgr.config.notapplied import say_once
 from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.shorten import short_repr
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +48,13 @@ def lookup_bool(pod: Pod, container: Container, name: str) -> bool | None:
     parsed = parse_bool(value)
     if parsed is None:
         log.warning(
-            "%s/%s: ignoring annotation %s.%s=%r: not a boolean (use one of "
+            "%s/%s: ignoring annotation %s.%s=%s: not a boolean (use one of "
             "1, t, T, true, TRUE, True, 0, f, F, false, FALSE, False)",
             pod.namespace,
             pod.name,
             name,
             DOMAIN,
-            value,
+            short_repr(value),
         )
     return parsed
 

@@ -20,6 +20,7 @@ from nri_resmgr.config import PolicyDocument, load_document
 from nri_resmgr.config.loader import parse_yaml
 from nri_resmgr.config.models import GROUP_VERSION, SPEC_BY_POLICY
 from nri_resmgr.errors import ConfigError, ResmgrError
+from nri_resmgr.sim.bounds import check_yaml
 from nri_resmgr.sim.kubelet import CGROUP_DRIVERS
 from nri_resmgr.sim.machine import known_machines, open_machine
 from nri_resmgr.sim.plot import plot, require_matplotlib
@@ -80,6 +81,7 @@ def load_config(path: str, policy: str | None = None) -> PolicyDocument:
         text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from exc
+    check_yaml(text, path)
     data = parse_yaml(text, path)
     if isinstance(data, Mapping) and "apiVersion" not in data and "config" in data:
         return _from_helm_values(data["config"], path, policy)

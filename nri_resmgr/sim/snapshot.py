@@ -18,7 +18,9 @@ import io
 import json
 import os
 import tarfile
+import zlib
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from nri_resmgr import __version__
 from nri_resmgr.errors import ResmgrError
@@ -50,6 +52,18 @@ PATTERNS = (
     "proc/meminfo",
 )
 _TOP_DIRS = ("sys", "proc")
+# An archive is checked member by member as its headers are read, and refused at the first
+# bound crossed, before that member's data is decompressed: a small archive must not unpack
+# into gigabytes or millions of files. A sysfs file holds at most a page; a node of 8,192
+# CPUs (the kernel's NR_CPUS maximum) snapshots to about 400,000 files of a few bytes each.
+MAX_MEMBERS = 500_000
+MAX_MEMBER_BYTES = 64 << 10
+MAX_TOTAL_BYTES = 64 << 20
+MAX_TAR_BYTES = MAX_TOTAL_BYTES + 3 * 512 * MAX_MEMBERS
+"""The unpacked stream: the data, and per member a header, a name header and padding."""
+MAX_READ = 1 << 20
+"""tarfile reads headers and data in small pieces; only a long-name or pax header (which it
+reads whole into memory) comes as one big read."""
 
 
 class SnapshotError(ResmgrError):
@@ -101,12 +115,10 @@ def _read(path: Path) -> bytes | None:
 def extract_snapshot(archive: Path, into: Path) -> dict[str, object]:
     """Unpack ``archive`` into ``into`` (the host root to use); return its manifest."""
     try:
-        with tarfile.open(archive, mode="r:*") as tar:
-            members = tar.getmembers()
-            for m in members:
-                _check_member(archive, m)
-            tar.extractall(into, filter="data")
-    except (OSError, tarfile.TarError) as exc:
+        with _unpacked(archive) as stream, tarfile.open(fileobj=stream, mode="r:") as tar:
+            members = _checked_members(archive, tar)
+            tar.extractall(into, members=members, filter="data")
+    except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
         raise SnapshotError(f"{archive}: cannot read the topology snapshot: {exc}") from exc
     if not (into / _CPU / "online").is_file():
         raise SnapshotError(f"{archive}: not a topology snapshot (no {_CPU}/online)")
@@ -115,6 +127,68 @@ def extract_snapshot(archive: Path, into: Path) -> dict[str, object]:
     except (OSError, ValueError):
         manifest = {}
     return manifest if isinstance(manifest, dict) else {}
+
+
+def _unpacked(archive: Path) -> io.BufferedReader:
+    """The tar stream of ``archive`` (gzip, as ``take_snapshot`` writes it, or plain tar),
+    bounded by ``MAX_TAR_BYTES`` and ``MAX_READ``."""
+    with archive.open("rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+    raw: io.RawIOBase | gzip.GzipFile = (
+        gzip.GzipFile(archive, "rb") if gzipped else io.FileIO(archive, "rb")
+    )
+    return io.BufferedReader(_Bounded(archive, raw), buffer_size=512)
+
+
+class _Bounded(io.RawIOBase):
+    def __init__(self, archive: Path, raw: io.RawIOBase | gzip.GzipFile) -> None:
+        self._archive = archive
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        size = len(buffer)
+        if size > MAX_READ:
+            raise SnapshotError(f"{self._archive}: a tar header of over {MAX_READ} bytes")
+        if self._raw.tell() + size > MAX_TAR_BYTES:
+            raise SnapshotError(f"{self._archive}: unpacks to more than {MAX_TAR_BYTES} bytes")
+        data = self._raw.read(size)
+        buffer[: len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def _checked_members(archive: Path, tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    for member in tar:  # reads one header at a time, skipping the data already read
+        _check_member(archive, member)
+        members.append(member)
+        total += member.size
+        if len(members) > MAX_MEMBERS:
+            raise SnapshotError(f"{archive}: more than {MAX_MEMBERS} members")
+        if member.size > MAX_MEMBER_BYTES:
+            raise SnapshotError(
+                f"{archive}: member {member.name!r} is {member.size} bytes; a topology file "
+                f"is at most {MAX_MEMBER_BYTES}"
+            )
+        if total > MAX_TOTAL_BYTES:
+            raise SnapshotError(f"{archive}: members larger than {MAX_TOTAL_BYTES} bytes in all")
+    return members
 
 
 def _check_member(archive: Path, member: tarfile.TarInfo) -> None:

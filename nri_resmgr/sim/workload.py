@@ -28,6 +28,7 @@ from nri_resmgr.config.loader import parse_yaml
 from nri_resmgr.config.models import GROUP_VERSION
 from nri_resmgr.errors import ConfigError, ResmgrError
 from nri_resmgr.quantity import QuantityError, cpu_milli, memory_bytes
+from nri_resmgr.sim.bounds import check_yaml
 
 __all__ = [
     "STEP_API_VERSION",
@@ -168,7 +169,12 @@ def parse_workload(text: str, source: str = "workload") -> Workload:
 
 
 def _documents(text: str, source: str) -> Iterator[tuple[int, int, Any]]:
-    """Each non-empty document, parsed with the config loader's YAML 1.2 rules."""
+    """Each non-empty document, parsed with the config loader's YAML 1.2 rules, once the
+    whole text is within the bounds of ``sim.bounds``."""
+    try:
+        check_yaml(text, source)
+    except ConfigError as exc:
+        raise WorkloadError(str(exc)) from exc
     try:
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:

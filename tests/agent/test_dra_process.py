@@ -27,6 +27,7 @@ pytestmark = pytest.mark.integration
 
 DRIVER = "template.nri.io"
 SLICES = resource_slices("v1")
+CLAIM_UID = "0b6f1c2e-9d4a-4e57-8a3b-2c1d5e6f7a80"
 
 
 @pytest.fixture
@@ -78,9 +79,9 @@ async def test_dra_daemon_registers_serves_publishes_and_dies_when_its_socket_go
             assert (info.type, info.name, info.endpoint) == ("DRAPlugin", DRIVER, str(dra_sock))
             await kubelet.notify(reg_sock, True)
             for version in ("v1", "v1beta1"):
-                reply = await kubelet.prepare(version, kubelet.channel(dra_sock), "uid-1")
+                reply = await kubelet.prepare(version, kubelet.channel(dra_sock), CLAIM_UID)
                 # Served, and per claim: the daemon asked the apiserver, which has no such claim.
-                assert "not found" in reply.claims["uid-1"].error
+                assert "not found" in reply.claims[CLAIM_UID].error
             published = await wait_slice(client, node)
             node_uid = (await client.get(NODES, node))["metadata"]["uid"]
             owner = published["metadata"]["ownerReferences"][0]  # type: ignore[index]

@@ -165,21 +165,34 @@ async def test_an_unwritable_state_file_fails_the_claim_and_removes_its_cdi_spec
     assert_nothing_left(node, before)
 
 
+GOOD_RECORD = '{"namespace": "d", "name": "n", "cpus": "6", "results": []}'
+
+
 @pytest.mark.parametrize(
     ("content", "cause"),
     [
-        ('{"version": 1, "claims": {"u": {"namespace": "default", "na', "corrupt or truncated"),
+        (f'{{"version": 1, "claims": {{"{OTHER}": {{"namespace": "default", "na',
+         "corrupt or truncated"),
         ("", "corrupt or truncated"),
-        ('{"version": 1, "claims": {"u": {"namespace": "d"}}}', "KeyError"),
+        (f'{{"version": 1, "claims": {{"{OTHER}": {{"namespace": "d"}}}}}}', "KeyError"),
         ('{"version": 7, "claims": {}}', "not a version 1 claim state document"),
         (
-            '{"version": 1, "claims": {"u": {"namespace": "d", "name": "n", "cpus": "x-",'
-            ' "results": [], "cdiFile": "f"}}}',
+            f'{{"version": 1, "claims": {{"{OTHER}": {{"namespace": "d", "name": "n", '
+            '"cpus": "x-", "results": []}}}',
             "corrupt or truncated",
         ),
+        # Not trusted: nesting that would make the decoder recurse, foreign types, and keys
+        # that are no UID (they would name files).
+        ('{"version": 1, "claims": {"x": ' + "[" * 3000 + "]" * 3000 + "}}",
+         "nested deeper than the format's 5 levels"),
+        (f'{{"version": 1, "claims": {{"{OTHER}": {{"namespace": ["d"], "name": "n", '
+         '"cpus": "6", "results": []}}}', f"claims.{OTHER}.namespace is not a string"),
+        (f'{{"version": 1, "claims": {{"x/../../escaped": {GOOD_RECORD}}}}}',
+         "UID 'x/../../escaped' is not a Kubernetes UID"),
     ],
-    ids=["truncated", "empty", "missing-key", "future-version", "bad-cpuset"],
-)
+    ids=["truncated", "empty", "missing-key", "future-version", "bad-cpuset", "deep",
+         "wrong-type", "uid-as-path"],
+)  # fmt: skip
 async def test_a_corrupt_state_file_fails_every_claim_and_is_kept(
     tmp_path: Path, content: str, cause: str
 ) -> None:

@@ -199,7 +199,8 @@ async def test_an_unreachable_api_server_fails_the_claim_and_leaves_nothing(
             node.manager, kube, DRIVER, NODE, ClaimStore(node.state_dir),
             CdiWriter(node.cdi_dir, DRIVER),
         )  # fmt: skip
-        outcomes = await node.preparer.prepare([ClaimRef("u-1", "default", "c")])
-    assert "cannot read ResourceClaim default/c: " in outcomes["u-1"].error
+        uid = str(uuid.uuid4())
+        outcomes = await node.preparer.prepare([ClaimRef(uid, "default", "c")])
+    assert "cannot read ResourceClaim default/c: " in outcomes[uid].error
     assert node.policy.claims.claims == {}
     assert not node.cdi_dir.exists() or not list(node.cdi_dir.iterdir())

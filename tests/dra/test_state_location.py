@@ -18,12 +18,16 @@ from nri_resmgr.cli import parse_options
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra import setup, state
 from nri_resmgr.dra.state import ClaimRecord, ClaimStore, PreparedResult, on_tmpfs
+from tests.peers import missing_peer
 
 SHM = Path("/dev/shm")
 
 
-def record(uid: str = "u1") -> ClaimRecord:
-    return ClaimRecord(uid, "ns", "c", CpuSet.parse("6-7"), (PreparedResult("r", "cpu6"),), "f")
+U1, U2 = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
+
+
+def record(uid: str = U1) -> ClaimRecord:
+    return ClaimRecord(uid, "ns", "c", CpuSet.parse("6-7"), (PreparedResult("r", "cpu6"),))
 
 
 def mount_table(tmp_path: Path, *lines: str) -> Path:
@@ -52,7 +56,7 @@ def test_tmpfs_detection_agrees_with_stat_on_the_real_mount_table(
 ) -> None:
     directory = SHM if where == "shm" else tmp_path
     if not directory.is_dir():
-        pytest.skip(f"{directory} does not exist here")
+        missing_peer(f"{directory} does not exist here")
     expected = filesystem_type(directory) in {"tmpfs", "ramfs"}
     assert on_tmpfs(directory) is expected
     # A directory that does not exist yet is judged by its nearest existing parent.
@@ -139,14 +143,14 @@ def test_the_record_is_fsynced_only_off_tmpfs(
     store = ClaimStore(tmp_path / "state")
     assert store.durable is not on_memory
     store.load()
-    store.put(record("u1"))
-    store.put(record("u2"))
-    store.remove("u1")
+    store.put(record(U1))
+    store.put(record(U2))
+    store.remove(U1)
     assert len(fsyncs) == (0 if on_memory else 3)
     # Either way the file is complete and reloads.
     again = ClaimStore(tmp_path / "state")
     again.load()
-    assert list(again.records) == ["u2"]
+    assert list(again.records) == [U2]
     assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["dra-claims.json"]
 
 
@@ -158,7 +162,7 @@ def test_an_explicit_choice_overrides_the_detection(
     store = ClaimStore(tmp_path, durable=True)
     store.put(record())
     assert len(fsyncs) == 1
-    ClaimStore(tmp_path, durable=False).put(record("u2"))
+    ClaimStore(tmp_path, durable=False).put(record(U2))
     assert len(fsyncs) == 1
 
 

@@ -20,6 +20,9 @@ from tests.helm.conftest import DRA_STATES, NAMESPACE, Helm
 from tests.helm.crds import CONFIGS, POLICIES, chart, documents, load_sample
 from tests.helm.test_crd_schema import SCHEMA_REJECTS
 from tests.kube.apiserver import ADMIN_TOKEN, ApiServer, start_apiserver
+from tests.kube.gobuild import BuildError
+from tests.kube.nrt_crd import nrt_crd
+from tests.peers import missing_peer
 
 pytestmark = pytest.mark.integration
 
@@ -30,6 +33,7 @@ CORE_PATHS = {
     "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets",
+    "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
 }
 PLURALS = {"TopologyAwarePolicy": "topologyawarepolicies", "BalloonsPolicy": "balloonspolicies"}
 
@@ -216,17 +220,24 @@ def test_service_account_can_do_what_the_agent_does_and_no_more(
     account = f"nri-resmgr-{policy}"
     status = {"status": {"nodes": {"node-1": {"status": "Success", "generation": 1, "errors": ""}}}}
     with client(server, account) as agent:
-        assert agent.get(cr_path(kind)).status_code == 200
-        assert agent.get(cr_path(kind, "default")).status_code == 200
-        assert (
-            agent.get(cr_path(kind), params={"watch": "1", "timeoutSeconds": "1"}).status_code
-            == 200
-        )
-        assert agent.get("/api/v1/nodes/node-1").status_code == 404  # allowed; no such node
+        # What the agent does: list and watch its CRs (by name: a field selector), its Node
+        # too, and merge-patch the status. Nothing else, not even a GET (item 8 of issue 34).
+        by_name = {"fieldSelector": "metadata.name=default"}
+        assert agent.get(cr_path(kind), params=by_name).status_code == 200
+        watch = {**by_name, "watch": "1", "timeoutSeconds": "1"}
+        assert agent.get(cr_path(kind), params=watch).status_code == 200
+        node_watch = {"fieldSelector": "metadata.name=node-1", "watch": "1", "timeoutSeconds": "1"}
+        assert agent.get("/api/v1/nodes", params=node_watch).status_code == 200
         merge = {"Content-Type": "application/merge-patch+json"}
         patched = agent.patch(cr_path(kind, "default") + "/status", json=status, headers=merge)
         assert patched.status_code == 200, patched.text
         assert patched.json()["status"]["nodes"]["node-1"]["status"] == "Success"
+        assert agent.get(cr_path(kind, "default")).status_code == 403
+        assert agent.get(cr_path(kind, "default") + "/status").status_code == 403
+        assert (
+            agent.put(cr_path(kind, "default") + "/status", json=patched.json()).status_code == 403
+        )
+        assert agent.get("/api/v1/nodes/node-1").status_code == 403  # only the DRA publisher
         assert (
             agent.patch(cr_path(kind, "default"), json={"spec": {}}, headers=merge).status_code
             == 403
@@ -245,6 +256,7 @@ def test_service_account_can_do_what_the_agent_does_and_no_more(
             assert _eventually(lambda: create_slice(agent, policy) == 201)
             listed = agent.get("/apis/resource.k8s.io/v1/resourceslices")
             assert listed.status_code == 200
+            assert agent.get("/api/v1/nodes/node-1").status_code == 404  # allowed: no node
     finally:
         (plain,) = [d for d in installed[policy] if d["kind"] == "ClusterRole"]
         with client(server) as admin:
@@ -302,8 +314,10 @@ def test_with_dra_the_agent_writes_only_its_own_nodes_slices(
     account = f"nri-resmgr-{policy}"
     enabled = documents(helm.template(chart(policy), *DRA_STATES["enabled"]))
     (role,) = [d for d in enabled if d["kind"] == "ClusterRole"]
-    (vap,) = [d for d in enabled if d["kind"] == "ValidatingAdmissionPolicy"]
-    (binding,) = [d for d in enabled if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    (vap,) = [d for d in enabled if d["kind"] == "ValidatingAdmissionPolicy"
+              and d["metadata"]["name"].endswith("-resourceslices")]  # fmt: skip
+    (binding,) = [d for d in enabled if d["kind"] == "ValidatingAdmissionPolicyBinding"
+                  and d["metadata"]["name"].endswith("-resourceslices")]  # fmt: skip
     role_path = f"{CORE_PATHS['ClusterRole']}/{role['metadata']['name']}"
     with client(server) as admin:
         current = admin.get(role_path).json()["metadata"]["resourceVersion"]
@@ -388,3 +402,93 @@ def test_api_server_bounds_free_form_fields_and_cpu_values(
         response = create(api, cr_path("TemplatePolicy"), document)
     assert response.status_code == 422, response.text[:300]
     assert complaint in message(response)
+
+
+@pytest.mark.parametrize("peers", ["[]", '[{"podSelector": {"matchLabels": {"app": "prom"}}}]'])
+def test_the_api_server_accepts_the_network_policy(
+    server: ApiServer, helm: Helm, peers: str
+) -> None:
+    docs = documents(helm.template(chart("template"), "--set", "networkPolicy.enabled=true",
+                                   "--set-json", f"networkPolicy.from={peers}"))  # fmt: skip
+    (netpol,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    with client(server) as api:
+        path = CORE_PATHS["NetworkPolicy"].format(ns=NAMESPACE)
+        response = api.post(path, json=netpol, params={"fieldValidation": "Strict",
+                                                       "dryRun": "All"})  # fmt: skip
+    assert response.status_code == 201, response.text
+
+
+NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
+
+
+def nrt(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "topology.node.k8s.io/v1alpha2",
+        "kind": "NodeResourceTopology",
+        "metadata": {"name": name},
+        "topologyPolicies": ["None"],
+        "attributes": [{"name": "TopologyPolicy", "value": "template"}],
+        "zones": [],
+    }
+
+
+def nrt_crd_or_missing() -> dict[str, Any]:
+    try:
+        return nrt_crd()
+    except BuildError as exc:
+        missing_peer(str(exc))
+
+
+@pytest.mark.parametrize("policy", ["template"])
+def test_the_agent_writes_only_its_own_nodes_noderesourcetopology(
+    server: ApiServer, helm: Helm, installed: dict[str, list[dict[str, Any]]], policy: str
+) -> None:
+    """Issue 34 item 1: RBAC lets the agent write every node's NRT object; the chart's
+    admission policy confines its writes to the object of the node its pod runs on."""
+    account = f"nri-resmgr-{policy}"
+    docs = installed[policy]
+    (vap,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"
+              and d["metadata"]["name"].endswith("-noderesourcetopologies")]  # fmt: skip
+    (binding,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"
+                  and d["metadata"]["name"].endswith("-noderesourcetopologies")]  # fmt: skip
+    crd = nrt_crd_or_missing()
+    with client(server) as admin:
+        created = create(admin, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        assert created.status_code in (201, 409), created.text
+        wait_established(admin, crd["metadata"]["name"])
+        assert create(admin, VAP_PATH, vap).status_code == 201
+        assert create(admin, VAP_BINDING_PATH, binding).status_code == 201
+        for node in ("node-2", "node-1"):
+            assert _eventually(lambda node=node: create(admin, NRTS, nrt(node)).status_code
+                               in (201, 409))  # fmt: skip
+    try:
+        with agent_on(server, account, "node-1") as agent:
+
+            def denied_create() -> httpx.Response:
+                return agent.post(NRTS, json=nrt("node-3"), params={"dryRun": "All"})
+
+            # The policy is enforced once the API server has compiled it: poll. (A policy's
+            # denial is 422 Invalid; RBAC's is 403.)
+            assert _eventually(lambda: denied_create().status_code == 422, timeout=30)
+            assert (
+                "may only write the NodeResourceTopology object of its own node, not "
+                "node-3" in message(denied_create())
+            )
+            theirs = agent.get(f"{NRTS}/node-2").json()
+            theirs["zones"] = [{"name": "forged", "type": "Node"}]
+            put = agent.put(f"{NRTS}/node-2", json=theirs, params={"dryRun": "All"})
+            assert put.status_code == 422 and "not node-2" in message(put), put.text
+            own = agent.get(f"{NRTS}/node-1").json()
+            own["zones"] = [{"name": "node-0", "type": "Node"}]
+            ok = agent.put(f"{NRTS}/node-1", json=own, params={"dryRun": "All"})
+            assert ok.status_code == 200, ok.text
+            assert agent.delete(f"{NRTS}/node-1").status_code == 403  # no delete in RBAC
+        with agent_on(server, account, None) as nodeless:
+            refused = nodeless.post(NRTS, json=nrt("node-1"), params={"dryRun": "All"})
+            assert refused.status_code == 422 and "name no node" in message(refused)
+    finally:
+        with client(server) as admin:
+            for path in (f"{VAP_BINDING_PATH}/{binding['metadata']['name']}",
+                         f"{VAP_PATH}/{vap['metadata']['name']}",
+                         f"{NRTS}/node-1", f"{NRTS}/node-2"):  # fmt: skip
+                admin.delete(path)

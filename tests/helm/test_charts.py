@@ -35,12 +35,20 @@ SLICE_RULE = {
     "verbs": ["list", "watch", "create", "update", "delete"],
 }
 CLAIM_RULE = {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]}
-DRA_MOUNTS = {
-    "kubelet-plugins": "/var/lib/kubelet/plugins",
-    "kubelet-plugins-registry": "/var/lib/kubelet/plugins_registry",
-    "cdi-specs": "/var/run/cdi",
-    "dra-state": "/run/nri-resmgr",
-}
+NODE_GET_RULE = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
+
+
+def dra_mounts(policy: str) -> dict[str, str]:
+    """The host paths DRA mounts, at the same paths: of the kubelet plugins directory only
+    the driver's own (the others hold other drivers' sockets, issue 34 item 7)."""
+    return {
+        "kubelet-plugin": f"/var/lib/kubelet/plugins/{policy}.nri.io",
+        "kubelet-plugins-registry": "/var/lib/kubelet/plugins_registry",
+        "cdi-specs": "/var/run/cdi",
+        "dra-state": "/run/nri-resmgr",
+    }
+
+
 DRA_ARGS = [
     "--kubelet-plugins-dir",
     "/var/lib/kubelet/plugins",
@@ -130,9 +138,10 @@ def test_dra_rbac_and_mounts_exactly_when_enabled(render: Render, policy: str, s
         if enabled
         else []
     )
-    for name, path in DRA_MOUNTS.items():
+    for name, path in dra_mounts(policy).items():
         assert (volumes(docs).get(name) == path) is enabled
         assert (mounts(docs).get(name) == path) is enabled
+    assert "/var/lib/kubelet/plugins" not in volumes(docs).values()
     args = container(docs)["args"]
     assert all((a in args) is enabled for a in DRA_ARGS)
     spec = _config_cr(docs)["spec"]
@@ -179,15 +188,22 @@ def test_enabled_adds_only_the_dra_pieces(render: Render, policy: str) -> None:
     enabled, unset = documents(render(policy, "enabled")), documents(render(policy, "unset"))
     one(enabled, "ClusterRole")["rules"].remove(SLICE_RULE)
     one(enabled, "ClusterRole")["rules"].remove(CLAIM_RULE)
+    one(enabled, "ClusterRole")["rules"].remove(NODE_GET_RULE)
     pod = one(enabled, "DaemonSet")["spec"]["template"]["spec"]
-    pod["volumes"] = [v for v in pod["volumes"] if v["name"] not in DRA_MOUNTS]
+    pod["volumes"] = [v for v in pod["volumes"] if v["name"] not in dra_mounts(policy)]
     c = pod["containers"][0]
-    c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] not in DRA_MOUNTS]
+    c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] not in dra_mounts(policy)]
     c["args"] = [a for a in c["args"] if a not in DRA_ARGS]
     del _config_cr(enabled)["spec"]["dra"]
     slice_policy = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DeviceClass"}
-    assert sorted(d["kind"] for d in enabled if d["kind"] in slice_policy) == sorted(slice_policy)
-    enabled = [d for d in enabled if d["kind"] not in slice_policy]
+
+    def dra_only(d: dict[str, Any]) -> bool:
+        return d["kind"] == "DeviceClass" or (
+            d["kind"] in slice_policy and d["metadata"]["name"].endswith("-resourceslices")
+        )
+
+    assert sorted(d["kind"] for d in enabled if dra_only(d)) == sorted(slice_policy)
+    enabled = [d for d in enabled if not dra_only(d)]
     assert enabled == unset
 
 
@@ -229,20 +245,49 @@ def test_host_mounts_as_nri_plugins(render: Render, policy: str) -> None:
     assert {n: (volumes(docs)[n], mounts(docs)[n]) for n in volumes(docs)} == expected
 
 
+CLASSES = {
+    "freq": '{"cpu": {"classes": {"slow": {"maxFreq": 2000000}, "busy": {"minFreq": 1}}}}',
+    "uncore": '{"cpu": {"classes": {"slow": {"uncoreMaxFreq": 1800000}}}}',
+    "both": '{"cpu": {"classes": {"slow": {"freqGovernor": "powersave", "uncoreMinFreq": 1}}}}',
+}
+
+
+@pytest.mark.parametrize("classes", sorted(CLASSES))
+@pytest.mark.parametrize("policy", POLICIES)
+def test_cpu_classes_get_writable_cpufreq_and_uncore_mounts_and_nothing_more(
+    helm: Helm, policy: str, classes: str
+) -> None:
+    """/host/sys is read-only: balloons' CPU classes could never be applied (issue 34 item
+    7). With classes in the values, the parts of /sys they write are mounted writable."""
+    docs = documents(helm.template(chart(policy), "--set-json",
+                                   f"config.control={CLASSES[classes]}"))  # fmt: skip
+    pod = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    writable = {m["mountPath"]: volumes(docs)[m["name"]] for m in pod["containers"][0]
+                ["volumeMounts"] if not m.get("readOnly")}  # fmt: skip
+    cpu = "/sys/devices/system/cpu"
+    expected = {}
+    if policy == "balloons" and classes in ("freq", "both"):
+        expected[f"/host{cpu}/cpufreq"] = f"{cpu}/cpufreq"
+    if policy == "balloons" and classes in ("uncore", "both"):
+        expected[f"/host{cpu}/intel_uncore_frequency"] = f"{cpu}/intel_uncore_frequency"
+    assert writable == expected
+    for volume in pod["volumes"]:
+        if volume["name"].startswith("host-"):
+            assert volume["hostPath"]["type"] == "Directory"  # no node without cpufreq starts
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_rbac_is_least_privilege(render: Render, policy: str) -> None:
     docs = documents(render(policy, "unset"))
     plural = committed_crd(policy)["spec"]["names"]["plural"]
+    # Only verbs the code uses (issue 34 item 8): watches by name are a list and a watch, the
+    # status a merge patch; nodes/get is the DRA publisher's (test_enabled_adds_only_...).
     assert one(docs, "Role")["rules"] == [
-        {"apiGroups": ["config.nri"], "resources": [plural], "verbs": ["get", "list", "watch"]},
-        {
-            "apiGroups": ["config.nri"],
-            "resources": [f"{plural}/status"],
-            "verbs": ["get", "update", "patch"],
-        },
+        {"apiGroups": ["config.nri"], "resources": [plural], "verbs": ["list", "watch"]},
+        {"apiGroups": ["config.nri"], "resources": [f"{plural}/status"], "verbs": ["patch"]},
     ]
     assert one(docs, "ClusterRole")["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
         NRT_RULE,
     ]
     account = one(docs, "ServiceAccount")["metadata"]

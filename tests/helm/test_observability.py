@@ -83,3 +83,33 @@ def test_the_pod_is_hardened(helm: Helm, policy: str) -> None:
 def test_the_values_schema_refuses_unknown_probe_keys(helm: Helm) -> None:
     result = helm.run("template", str(chart("template")), "--set", "probes.period=3", check=False)
     assert result.returncode != 0 and "period" in result.stderr
+
+
+MONITORING = '{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}'
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_an_optional_network_policy_admits_only_the_named_peers_to_the_metrics_port(
+    helm: Helm, policy: str
+) -> None:
+    assert not [d for d in documents(helm.template(chart(policy)))
+                if d["kind"] == "NetworkPolicy"]  # fmt: skip
+    on = ("--set", "networkPolicy.enabled=true", "--set-json", f"networkPolicy.from=[{MONITORING}]")
+    (netpol,) = [d for d in documents(helm.template(chart(policy), *on))
+                 if d["kind"] == "NetworkPolicy"]  # fmt: skip
+    pod = pod_of(helm, policy, *on)
+    selector = netpol["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    assert netpol["spec"]["policyTypes"] == ["Ingress"]
+    assert netpol["spec"]["ingress"] == [{
+        "from": [{"namespaceSelector": {"matchLabels": {
+            "kubernetes.io/metadata.name": "monitoring"}}}],
+        "ports": [{"protocol": "TCP", "port": 8891}],
+    }]  # fmt: skip
+    # No peers named: nothing may connect; no endpoint: no policy (nothing listens).
+    (closed,) = [d for d in documents(helm.template(chart(policy), *on[:2]))
+                 if d["kind"] == "NetworkPolicy"]  # fmt: skip
+    assert closed["spec"]["ingress"] == []
+    silent = documents(helm.template(chart(policy), *on, "--set",
+                                     "config.instrumentation.httpEndpoint="))  # fmt: skip
+    assert not [d for d in silent if d["kind"] == "NetworkPolicy"]

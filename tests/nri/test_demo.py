@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from nri_resmgr.sim.demo import run_demo
+from tests.cpulist import cpu_list
 
 
 def table(text: str) -> dict[str, list[str]]:
@@ -25,19 +26,6 @@ async def test_topology_aware_on_two_sockets_places_through_nri() -> None:
         shared = cpu_list(rows[name][3])
         assert shared, name
         assert not exclusive & shared, name
-
-
-def cpu_list(text: str) -> set[int]:
-    """The CPUs of a Linux cpu list ("1-3,12"), every CPU inside each range included.
-
-    Written here rather than taken from the product's CpuSet, so the check does not share a
-    parser with the code under test.
-    """
-    cpus: set[int] = set()
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        cpus.update(range(int(low), int(high or low) + 1))
-    return cpus
 
 
 def test_cpu_list_counts_the_cpus_inside_a_range() -> None:

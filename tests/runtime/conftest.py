@@ -11,10 +11,12 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 from tests.conformance.build import cache_dir
+from tests.peers import in_ci
 from tests.runtime.build import (
     RUNTIME_PACKAGES,
     PeerUnavailable,
@@ -27,8 +29,9 @@ from tests.runtime.daemon import LIVE, Daemon
 from tests.runtime.ociimage import IMAGE_NAME, make_image
 
 
-def unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
+def unavailable(reason: str) -> NoReturn:
+    """Fails under CI (``CI=true``, ``1`` or ``yes``: ``tests.peers.in_ci``), skips elsewhere."""
+    if in_ci():
         pytest.fail(f"real-runtime peer unavailable under CI: {reason}", pytrace=False)
     pytest.skip(reason)
 

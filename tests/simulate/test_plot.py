@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from nri_resmgr.sim.machine import open_machine
 from nri_resmgr.sim.plot import PlotError, plot, require_matplotlib
 from nri_resmgr.sim.runner import simulate
 from nri_resmgr.sim.workload import parse_workload
+from tests.peers import in_ci
 from tests.simulate.helpers import TOPOLOGY_AWARE, WORKLOAD, config, run_cli
 
 
@@ -21,7 +21,7 @@ def _matplotlib() -> None:
     try:
         require_matplotlib()
     except PlotError:
-        if os.environ.get("CI") == "true":
+        if in_ci():
             raise
         pytest.skip("matplotlib is not installed (pip install -e '.[plot]')")
 

@@ -21,6 +21,7 @@ from nri_resmgr.sim.records import Status
 from nri_resmgr.sim.report import render_table
 from nri_resmgr.sim.runner import simulate
 from nri_resmgr.sim.workload import parse_workload
+from tests.cpulist import cpu_list
 from tests.simulate.helpers import (
     TOPOLOGY_AWARE,
     WORKLOAD,
@@ -224,8 +225,15 @@ async def test_a_container_the_policy_refuses_fails_alone(
     # their own, disjoint from each other.
     fine, nxt = by["default/mixed/fine"].final, by["default/next/c"].final
     assert fine is not None and nxt is not None
-    assert not set(fine.cpus.split(",")) & set(nxt.cpus.split(","))
+    assert not cpu_list(fine.cpus) & cpu_list(nxt.cpus), (fine.cpus, nxt.cpus)
     assert "default/mixed/doomed: CreateContainer failed" in render_table(result)
+
+
+def test_the_overlap_check_sees_cpus_inside_ranges() -> None:
+    # The check above once compared the list items as strings: "4-7" and "5" looked disjoint.
+    fine, nxt = "4-7", "5"
+    assert not set(fine.split(",")) & set(nxt.split(","))
+    assert cpu_list(fine) & cpu_list(nxt) == {5}
 
 
 def test_an_initial_config_the_policy_refuses_exits_2_naming_the_key(tmp_path: Path) -> None:

@@ -64,3 +64,26 @@ take it; empty when there is no endpoint (no HTTP server, so no port, probes or 
 {{- $agent := .Values.config.agent | default dict -}}
 {{- if not (and (kindIs "bool" $agent.nodeResourceTopology) (not $agent.nodeResourceTopology)) -}}true{{- end -}}
 {{- end -}}
+
+{{/*
+Which host cpufreq files the configured CPU classes write (balloons applies
+control.cpu.classes; the other policies do not): "cpufreq: true" when a class sets
+minFreq, maxFreq or freqGovernor, "uncore: true" when one sets uncoreMinFreq or
+uncoreMaxFreq. A YAML map, read with fromYaml; empty without classes.
+*/}}
+{{- define "nri-resmgr.cpuClassFiles" -}}
+{{- $files := dict -}}
+{{- if eq (include "nri-resmgr.policy" .) "balloons" -}}
+{{- $control := .Values.config.control | default dict -}}
+{{- $cpu := $control.cpu | default dict -}}
+{{- range $name, $class := ($cpu.classes | default dict) -}}
+{{- if or $class.minFreq $class.maxFreq $class.freqGovernor -}}
+{{- $_ := set $files "cpufreq" true -}}
+{{- end -}}
+{{- if or $class.uncoreMinFreq $class.uncoreMaxFreq -}}
+{{- $_ := set $files "uncore" true -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $files -}}
+{{- end -}}

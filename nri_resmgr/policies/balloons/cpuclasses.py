@@ -19,13 +19,8 @@ def freq_classes(spec: BalloonsSpec) -> dict[str, FreqClass]:
     """The classes of ``control.cpu.classes``; a class named by a balloon type or by
     ``idleCPUClass`` that is only in ``cpuClasses`` (symbolic frequencies, SST: not
     applied) or nowhere is logged at every load."""
-    classes = {
-        name: FreqClass(
-            name, c.min_freq, c.max_freq, c.freq_governor, c.uncore_min_freq, c.uncore_max_freq
-        )
-        for name, c in spec.control.cpu.classes.items()
-    }
-    named = {t.cpu_class for t in spec.balloon_types} | {spec.idle_cpu_class}
+    classes = _defined(spec)
+    named = _named(spec)
     only_new = {c.name for c in spec.cpu_classes}
     for name in sorted(named - {""} - set(classes)):
         if name in only_new:
@@ -33,6 +28,25 @@ def freq_classes(spec: BalloonsSpec) -> dict[str, FreqClass]:
         else:
             log.warning("cpu class %r is not defined in control.cpu.classes", name)
     return classes
+
+
+def used(spec: BalloonsSpec) -> list[FreqClass]:
+    """The defined classes a balloon type or ``idleCPUClass`` names: the ones written."""
+    named = _named(spec)
+    return [c for name, c in sorted(_defined(spec).items()) if name in named]
+
+
+def _defined(spec: BalloonsSpec) -> dict[str, FreqClass]:
+    return {
+        name: FreqClass(
+            name, c.min_freq, c.max_freq, c.freq_governor, c.uncore_min_freq, c.uncore_max_freq
+        )
+        for name, c in spec.control.cpu.classes.items()
+    }
+
+
+def _named(spec: BalloonsSpec) -> set[str]:
+    return {t.cpu_class for t in spec.balloon_types} | {spec.idle_cpu_class}
 
 
 def assignments(
@@ -60,4 +74,4 @@ def _leaves(b: Balloon) -> list[Balloon]:
     return [leaf for c in b.components for leaf in _leaves(c)] if b.components else [b]
 
 
-__all__ = ["assignments", "freq_classes"]
+__all__ = ["assignments", "freq_classes", "used"]

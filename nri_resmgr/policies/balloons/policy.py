@@ -38,6 +38,7 @@ from nri_resmgr.policies.requests import container_request, milli_cpu_to_shares
 from nri_resmgr.policies.subject import container_subject
 from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
 from nri_resmgr.resmgr.policy import PolicyEnv
+from nri_resmgr.shorten import shorten
 from nri_resmgr.sysfs import MemoryType, System
 from nri_resmgr.sysfs.caches import shared_caches
 
@@ -90,6 +91,7 @@ class BalloonsPolicy(HardwarePolicy):
                 f"spec: balloons needs a BalloonsPolicy spec, got {type(spec).__name__}"
             )
         _check_memory_types(spec)
+        self._check_cpu_classes_writable(spec)
         types = balloon_types(spec)
         report(spec, NOT_APPLIED)
         allowed = allowed_cpus(self.system, spec.available_resources)
@@ -104,6 +106,22 @@ class BalloonsPolicy(HardwarePolicy):
         l2 = shared_caches(self.system, 2)
         state = Balloons(self.system, spec, allowed, reserved, devices, tuple(types), l2)
         return state, matcher
+
+    def _check_cpu_classes_writable(self, spec: BalloonsSpec) -> None:
+        """CPU classes over a read-only /sys (the charts' /host/sys unless classes are set in
+        their values) could never be applied: refused, rather than accepted and inert."""
+        classes = cpuclasses.used(spec)
+        if not classes:
+            return
+        control = self._cpufreq or CpuFreqControl(self.env.host_root, self.system)
+        problem = control.read_only(classes)
+        if problem:
+            raise ConfigError(
+                f"spec.control.cpu.classes: {problem}, so CPU classes "
+                f"({', '.join(c.name for c in classes)}) could never be applied; mount it "
+                "writable (the charts do when config.control.cpu.classes is set) or remove "
+                "the classes"
+            )
 
     def _create_min_balloons(self, state: Balloons) -> None:
         for t in creation_order(list(self.matcher.types)):
@@ -384,5 +402,5 @@ def _memory_type_annotation(live: Live) -> MemoryType | None:
     try:
         return MemoryType.parse(value)
     except ValueError as e:
-        log.error("%s: ignoring annotation memory-type: %s", live.name, e)
+        log.error("%s: ignoring annotation memory-type: %s", live.name, shorten(str(e)))
         return None

@@ -15,6 +15,7 @@ from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.policies.annotations import lookup
 from nri_resmgr.policies.subject import container_subject
 from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.shorten import short_repr
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,9 @@ class Matcher:
         if wanted is not None:
             t = self.by_name(wanted.strip())
             if t is None:
-                raise BalloonsError(f"no balloon for annotation {wanted!r} ({ANNOTATION})")
+                raise BalloonsError(
+                    f"no balloon for annotation {short_repr(wanted)} ({ANNOTATION})"
+                )
             return t
         subject = container_subject(pod, container)
         for t in self.types:

@@ -32,6 +32,7 @@ from nri_resmgr.policies.allocations import Allocation
 from nri_resmgr.policies.annotations import DOMAIN
 from nri_resmgr.policies.subject import container_subject
 from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.shorten import shorten
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def placed_weights(
     try:
         affinities = container_affinities(pod, container)
     except AffinityError as e:
-        log.error("%s/%s: ignoring affinities: %s", pod.namespace, pod.name, e)
+        log.error("%s/%s: ignoring affinities: %s", pod.namespace, pod.name, shorten(str(e)))
         affinities = []
     if not affinities:
         affinities = implicit_affinities(pod, spec.colocate_pods, spec.colocate_namespaces)

@@ -24,6 +24,7 @@ from nri_resmgr.cpus import Priority, topology_of
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.annotations import DOMAIN, lookup, lookup_bool
 from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.shorten import short_repr
 from nri_resmgr.sysfs import System
 from nri_resmgr.sysfs.cpudetails import CoreKind
 
@@ -78,9 +79,9 @@ def cpu_priority(pod: Pod, container: Container, default: Priority = Priority.NO
         return default
     prio = _PRIORITY_NAMES.get(value)
     if prio is None:
-        log.warning("%s/%s: ignoring annotation %s.%s: %r is not a CPU priority (high, "
+        log.warning("%s/%s: ignoring annotation %s.%s: %s is not a CPU priority (high, "
                     "normal, low, none, default)", pod.namespace, pod.name, PRIORITY, DOMAIN,
-                    value)  # fmt: skip
+                    short_repr(value))  # fmt: skip
         return default
     return prio
 

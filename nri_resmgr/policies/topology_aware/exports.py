@@ -2,7 +2,8 @@
 
 Names follow nri-plugins' ``cmd/plugins/topology-aware/policy/metrics.go`` as its OpenTelemetry
 Prometheus exporter spells them (namespace ``nri``, meter ``policy.topologyaware``, unit
-suffix). CPU figures follow its ``GetTopologyZones``: capacity = allocatable = the pool's
+suffix), and the two container counts also under names Prometheus' linter accepts
+(``DEPRECATED``). CPU figures follow its ``GetTopologyZones``: capacity = allocatable = the pool's
 sharable and reserved CPUs, available = free shared mCPU. Memory: capacity = allocatable =
 MemTotal of the pool's memory nodes; assigned = the memory limits of the containers placed in
 the pool's subtree (the memory zones of ``memzones.py`` are not read here yet, so a container
@@ -17,6 +18,13 @@ from nri_resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.policies.topology_aware.pools import Pool
 
 PREFIX = "nri_policy_topologyaware_zone_"
+DEPRECATED = (
+    "upstream's name, kept for its dashboards; Prometheus reserves the _count suffix for "
+    "histograms and summaries (promtool check metrics refuses it): use " + PREFIX + "{}."
+)
+"""nri-plugins names two gauges ``..._container_count`` and ``..._shared_container_count``;
+both are exported under those names and, lint-clean, as ``..._containers`` and
+``..._shared_containers``."""
 KINDS = {"system": "virtual node", "package": "socket", "die": "die", "numa": "numa node"}
 KINDS["l3cache"] = "L3 cache"
 """Our pool levels as upstream's zone types (``node.go`` NodeKind)."""
@@ -68,11 +76,15 @@ def gauges(engine: Engine) -> list[PolicyGauge]:
              (("zone", zone), ("mems", mems))),
             ("mem_available_bytes", "Amount of available memory of a topology zone.",
              max(0, capacity - assigned), (("zone", zone), ("mems", mems))),
-            ("container_count", "Number of containers assigned to a topology zone.", count,
+            ("containers", "Number of containers assigned to a topology zone.", count,
              (("zone", zone),)),
-            ("shared_container_count",
+            ("shared_containers",
              "Number of containers in the shared CPU pool of a topology zone.", shared_count,
              (("zone", zone),)),
+            ("container_count", "Deprecated: " + DEPRECATED.format("containers"), count,
+             (("zone", zone),)),
+            ("shared_container_count", "Deprecated: " + DEPRECATED.format("shared_containers"),
+             shared_count, (("zone", zone),)),
         ):  # fmt: skip
             out.append(PolicyGauge(PREFIX + name, help_, value, labels))
     return out

@@ -35,6 +35,7 @@ from nri_resmgr.policies.annotations import DOMAIN, lookup, parse_bool
 from nri_resmgr.policies.topology_aware.device_hints import device_hints
 from nri_resmgr.policies.topology_aware.hints import ContainerHints, Hint
 from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.shorten import short_repr, shorten
 from nri_resmgr.sysfs import System
 
 __all__ = ["PathList", "container_hints", "denied"]
@@ -74,8 +75,8 @@ def _bool(pod: Pod, container: Container, name: str) -> bool:
         return False
     parsed = parse_bool(value)
     if parsed is None:
-        log.error("%s/%s: invalid %s.%s annotation %r: not a boolean; taken as false",
-                  pod.namespace, container.name, name, DOMAIN, value)  # fmt: skip
+        log.error("%s/%s: invalid %s.%s annotation %s: not a boolean; taken as false",
+                  pod.namespace, container.name, name, DOMAIN, short_repr(value))  # fmt: skip
     return parsed is True
 
 
@@ -123,8 +124,8 @@ def _sources(value: str | None, where: str) -> frozenset[str] | None:
         if word == "none":
             return None
         if word not in _SOURCES:
-            log.error("%s: invalid %s.%s preference %r (one of %s, or a boolean): ignoring it",
-                      where, HINTS, DOMAIN, word, ", ".join(_SOURCES))  # fmt: skip
+            log.error("%s: invalid %s.%s preference %s (one of %s, or a boolean): ignoring it",
+                      where, HINTS, DOMAIN, short_repr(word), ", ".join(_SOURCES))  # fmt: skip
             continue
         out.add(word)
     return frozenset(out)
@@ -133,7 +134,7 @@ def _sources(value: str | None, where: str) -> frozenset[str] | None:
 def _test_hints(value: str, where: str) -> tuple[Hint, ...]:
     parsed = _parse_test_hints(value)
     if isinstance(parsed, str):
-        log.error("%s: invalid %s.%s annotation: %s", where, TEST, DOMAIN, parsed)
+        log.error("%s: invalid %s.%s annotation: %s", where, TEST, DOMAIN, shorten(parsed))
         return ()
     return parsed
 
@@ -202,7 +203,8 @@ def _path_list(pod: Pod, container: Container, kind: str, where: str) -> PathLis
         return None
     parsed = _parse_path_list(value)
     if isinstance(parsed, str):
-        log.error("%s: invalid %s.%s.%s annotation: %s", where, kind, HINTS, DOMAIN, parsed)
+        log.error("%s: invalid %s.%s.%s annotation: %s", where, kind, HINTS, DOMAIN,
+                  shorten(parsed))  # fmt: skip
         return None
     return parsed
 

@@ -14,6 +14,7 @@ from nri_resmgr.policies.annotations import lookup
 from nri_resmgr.policies.oomscore import memory_request
 from nri_resmgr.policies.requests import QoS, Request, container_request
 from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.shorten import shorten
 from nri_resmgr.sysfs import MemoryType, System
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,8 @@ def _annotated_types(pod: Pod, container: Container) -> MemoryType:
         try:
             return MemoryType.parse(value)
         except ValueError as e:
-            log.error("%s/%s: ignoring annotation %s: %s", pod.namespace, pod.name, ANNOTATION, e)
+            log.error("%s/%s: ignoring annotation %s: %s", pod.namespace, pod.name, ANNOTATION,
+                      shorten(str(e)))  # fmt: skip
     return DEFAULT_TYPES
 
 

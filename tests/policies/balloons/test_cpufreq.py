@@ -4,13 +4,21 @@ tree under --host-root, read back, and restored when the class no longer applies
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from nri_resmgr.config import load_document
 from nri_resmgr.config.models import BalloonType, ControlConfig, CpuClass, CpuControl
 from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.errors import ConfigError
 from nri_resmgr.policies.balloons import BalloonsPolicy
+from nri_resmgr.resmgr.policy import PolicyEnv
+from tests.peers import missing_peer
 from tests.policies.workload import Runtime, balloons_spec, guaranteed, start
 from tests.sysfs.fakesys import N4C16
 
@@ -146,3 +154,54 @@ def test_writes_are_logged_as_their_own_step(
     with caplog.at_level(logging.INFO):
         rt.create(guaranteed("other", 1000))  # no class change: nothing written, nothing said
     assert not [r for r in caplog.records if r.getMessage().startswith("cpu control:")]
+
+
+@contextmanager
+def read_only_mount(directory: Path) -> Iterator[None]:
+    """``directory`` as a container sees /host/sys: on a filesystem mounted read-only."""
+    if os.geteuid() != 0:
+        missing_peer("mounting a read-only filesystem needs root (CI runs as root)")
+    directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(directory)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(directory)], check=True)
+
+
+def test_classes_over_a_read_only_sys_are_refused_at_load_naming_why(tmp_path: Path) -> None:
+    # The charts mount /host/sys read-only: classes there could never be applied (issue 34
+    # item 7). Refused at start and on reconfigure, not accepted and inert.
+    plain = BalloonsPolicy()
+    start(plain, tmp_path, N4C16, balloons_spec(balloon_types=(TYPE,)))
+    classed = balloons_spec(
+        balloon_types=(TYPE,),
+        control=ControlConfig(cpu=CpuControl(classes={"slow": SLOW})),
+    )
+    with read_only_mount(tmp_path / CPU / "cpu0" / "cpufreq"):
+        with pytest.raises(ConfigError) as refused:
+            plain.reconfigure(classed)
+        assert refused.value.errors == [
+            f"spec.control.cpu.classes: /{CPU}/cpu0/cpufreq is on a read-only filesystem, so "
+            "CPU classes (slow) could never be applied; mount it writable (the charts do when "
+            "config.control.cpu.classes is set) or remove the classes"
+        ]
+        with pytest.raises(ConfigError, match="read-only filesystem"):
+            BalloonsPolicy().setup(classed, PolicyEnv(host_root=str(tmp_path)))
+        # A class nothing names is never written: no reason to refuse it.
+        unused = balloons_spec(control=ControlConfig(cpu=CpuControl(classes={"slow": SLOW})))
+        plain.reconfigure(unused)
+
+
+@pytest.mark.parametrize("governor", ["performance\n", "../../x", "a" * 16, "Performance", " "])
+def test_a_governor_that_is_no_governor_name_is_a_config_error(governor: str) -> None:
+    document = {
+        "apiVersion": "config.nri/v1alpha1",
+        "kind": "BalloonsPolicy",
+        "spec": {"reservedResources": {"cpu": "1"},
+                 "control": {"cpu": {"classes": {"fast": {"freqGovernor": governor}}}}},
+    }  # fmt: skip
+    with pytest.raises(ConfigError, match=r"classes\.fast\.freqGovernor: .* is not a cpufreq"):
+        load_document(document)
+    document["spec"]["control"]["cpu"]["classes"]["fast"]["freqGovernor"] = "schedutil"  # type: ignore[index]
+    load_document(document)

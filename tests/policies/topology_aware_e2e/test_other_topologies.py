@@ -4,9 +4,11 @@ nodes), replayed with the same configuration, pods, order and ``verify`` express
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+from nri_resmgr.observability.nrt import nrt_body
 from nri_resmgr.policies.topology_aware.pools import build_pools
 from nri_resmgr.sysfs import discover
 from tests.policies.replay.vm import write_caches, write_vm_sysfs
@@ -229,3 +231,39 @@ def test01_memory_types(tmp_path: Path) -> None:
     verify(*pod1)
     s.create("guaranteed", CONTCOUNT=1, CPU="100m", MEM="2G", ann=[f"{MT}.pod2c0: pmem"])
     verify(*pod1, 'mems["pod2c0"] == {pmem0, pmem1}')
+
+
+# -- n6-hbm-cxl/test04-nrt ------------------------------------------------------------------
+
+# n6-hbm-cxl/test04-nrt/topology-aware-nrt.cfg (its own helm config, not the suite's).
+NRT_VALUES: dict[str, Any] = {
+    "pinCPU": True,
+    "pinMemory": True,
+    "reservedResources": {"cpu": "cpuset:3"},
+    "agent": {"nodeResourceTopology": True},
+    "log": {"debug": ["resource-manager", "policy", "cache"], "source": True,
+            "klog": {"skip_headers": True}},
+    "instrumentation": {"reportPeriod": "60s", "samplingRatePerMillion": 1000000},
+}  # fmt: skip
+
+
+def test04_nrt(tmp_path: Path) -> None:
+    """The zone attributes upstream's nrt-verify-zone-attribute checks, on the object the
+    NodeResourceTopology exporter writes (its writes to a real API server: tests/kube)."""
+    s = Scenario(tmp_path, N6_HBM_CXL, NRT_VALUES)
+    body = nrt_body(s.policy.name, s.policy.topology_zones())
+    attributes = {
+        (z["name"], a["name"]): a["value"] for z in body["zones"] for a in z.get("attributes", ())
+    }
+    expected = {
+        ("socket #0", "memory set"): r"^0,2,4$",
+        ("socket #0", "shared cpuset"): r"^0-2$",
+        ("socket #0", "reserved cpuset"): r"^3$",
+        ("socket #1", "memory set"): r"^1,3,5$",
+        ("socket #1", "shared cpuset"): r"^4-7$",
+        ("root", "memory set"): r"^0-5$",
+        ("root", "shared cpuset"): r"^0-2,4-7$",
+        ("root", "reserved cpuset"): r"^3$",
+    }
+    for key, pattern in expected.items():
+        assert re.match(pattern, attributes.get(key, "")), (key, attributes.get(key))
