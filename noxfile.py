@@ -26,8 +26,9 @@ def install_project(session: nox.Session, *extras: str) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Unit and integration tests (integration tests build their Go peers first)."""
-    install_project(session, "test", "plot")
+    """Unit and integration tests (integration tests build their Go peers first), and the
+    docs site's strict build (tests/docs)."""
+    install_project(session, "test", "plot", "docs")
     env = {"NRI_RESMGR_CACHE": str(CACHE)}
     session.run("pytest", *session.posargs, env=env)
 
@@ -42,7 +43,16 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     install_project(session, "lint", "test", "plot")
-    session.run("mypy", "nri_resmgr", "tools/crdschema.py")
+    session.run("mypy", "nri_resmgr", "tools/crdschema.py", "tools/docref.py")
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Regenerate the docs' references from the code (tools/docref.py) and build the site
+    strictly into site/ (the tests session checks both; this writes them)."""
+    install_project(session, "docs")
+    session.run("python", "-m", "tools.docref", "--write")
+    session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session(python=PYTHON)
@@ -105,6 +115,20 @@ def helm(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def fleet(session: nox.Session) -> None:
+    """N agents against one real kube-apiserver + etcd (cached builds), N = 50, 200, 500,
+    1,000: start-up, 10 minutes steady, a config change, an API server restart. Prints the
+    per-node request counts and any broken budget (exit 1), writes fleet-results/*.json
+    (docs/fleet.md). posargs go to ``python -m tests.fleet``, e.g. ``-- --agents 50 200``.
+    Not in .ci/run, which runs the 50-agent smoke (tests/fleet/test_fleet_smoke.py)."""
+    install_project(session, "test")
+    env = {"NRI_RESMGR_CACHE": str(CACHE)}
+    session.run("python", "-m", "tests.kube.gobuild", env=env)
+    session.run("python", "-m", "tests.helm.helmbuild", env=env)
+    session.run("python", "-m", "tests.fleet", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
 def lock(session: nox.Session) -> None:
     """Regenerate the image's hashed lock files (requirements/*.lock) with uv."""
     session.install("uv>=0.9,<1")
@@ -125,6 +149,26 @@ def runtime(session: nox.Session) -> None:
     env = {"NRI_RESMGR_CACHE": str(CACHE)}
     session.run("python", "-m", "tests.runtime.build", env=env)
     session.run("pytest", "tests/runtime", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
+def node(session: nox.Session) -> None:
+    """The real node, all of it: every scenario in the qemu guests (tests/node), where
+    `tests` runs only the core set. Builds the guest image, containerd 2.4 and upstream's
+    plugin first (cached). NRI_RESMGR_NODE_RECORD=<file> records what the kernel showed."""
+    install_project(session, "test")
+    env = {"NRI_RESMGR_CACHE": str(CACHE), "NRI_RESMGR_NODE_ALL": "1"}
+    session.run("python", "-m", "tests.node.build", env=env)
+    session.run("pytest", "tests/node", "-v", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
+def gopeers(session: nox.Session) -> None:
+    """Every Go peer and contender built from an empty cache, as on a fresh machine (slow:
+    each downloads and compiles its whole module graph; not part of .ci/run)."""
+    install_project(session, "test")
+    env = {"NRI_RESMGR_GO_COLD": "1"}
+    session.run("pytest", "tests/gopeers", "-v", "-s", *session.posargs, env=env)
 
 
 @nox.session(python=PYTHON)

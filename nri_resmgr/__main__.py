@@ -6,7 +6,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from nri_resmgr.cli import UsageError, parse_options
+from nri_resmgr.cli import parse_options
+from nri_resmgr.errors import UsageError
 from nri_resmgr.log import setup_logging
 
 
@@ -29,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = parse_options(args)
     except UsageError as exc:
         print(f"nri-resmgr: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_status
     setup_logging(options.log_level)
     from nri_resmgr import app
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import gc
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from nri_resmgr.agent.filewatch import ConfigFileWatcher
 from nri_resmgr.cli import Options
 from nri_resmgr.config import PolicyDocument, load_file
-from nri_resmgr.daemon import EXIT_FATAL, EXIT_OK, Daemon, Service, until_signalled
-from nri_resmgr.errors import ConfigError, Fatal
+from nri_resmgr.daemon import Daemon, Service, until_signalled
+from nri_resmgr.errors import EXIT_OK, ConfigError, ResmgrError
 from nri_resmgr.nri import afterreply, tailtrace
 from nri_resmgr.nri.service import NriService
 from nri_resmgr.observability.setup import instrumentation_services
@@ -22,7 +23,7 @@ from nri_resmgr.resmgr.policy import PolicyEnv
 
 if TYPE_CHECKING:  # imported where used: start-up without a cluster never needs them
     from nri_resmgr.agent.agent import ConfigAgent
-    from nri_resmgr.kube import KubeClient
+    from nri_resmgr.kube import KubeClient, KubeObject
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ def build_services(
     if agent is not None:
         agent.attach(manager.reconfigure)
         services.append(agent)
-    dra = _dra_service(options, manager, doc, kube)
+    dra = _dra_service(options, manager, doc, kube, agent)
     if dra is not None:
         services.append(dra)
     # First to start, last to stop: the probes answer while everything else starts and stops.
@@ -73,12 +74,48 @@ def build_services(
         kube=kube,
         dra=dra is not None,
         generation=lambda: agent.doc.generation if agent and agent.doc else doc.generation,
+        nrt_interval=options.nrt_interval,
     )
+    if agent is not None:
+        report_in_nrt(agent, observability)
     return [*observability, *services]
 
 
+def report_in_nrt(agent: ConfigAgent, services: Sequence[object]) -> None:
+    """This node's configuration report goes into its NodeResourceTopology while that is
+    exported (docs/fleet.md); otherwise an Event on the config CR, as by default."""
+    from nri_resmgr.agent.report import report_attributes
+    from nri_resmgr.observability.nrt import NrtExporter
+
+    nrt = next((s for s in services if isinstance(s, NrtExporter)), None)
+    if nrt is None:
+        return
+    events = agent.events
+
+    def into_nrt(cr_name: str, entry: dict[str, Any]) -> None:
+        nrt.set_report(report_attributes(agent.resource, agent.namespace, cr_name, entry))
+
+    for cr_name, entry in agent.status.pending.items():
+        if entry is not None:  # the start-up result: written with the first NRT, not after it
+            into_nrt(cr_name, entry)
+
+    async def report(
+        cr_name: str, cr: KubeObject | None, entry: dict[str, Any], in_cr: bool
+    ) -> None:
+        if nrt.exporting():
+            into_nrt(cr_name, entry)
+        else:
+            await events.report(cr_name, cr, entry, in_cr)
+
+    agent.report_via(report)
+
+
 def _dra_service(
-    options: Options, manager: ResourceManager, doc: PolicyDocument, kube: KubeClient | None
+    options: Options,
+    manager: ResourceManager,
+    doc: PolicyDocument,
+    kube: KubeClient | None,
+    agent: ConfigAgent | None = None,
 ) -> Service | None:
     if not doc.spec.dra.enabled:
         # Said here, so that a daemon without DRA never imports the DRA stack (start-up).
@@ -96,6 +133,7 @@ def _dra_service(
         registry_dir=options.kubelet_registry_dir,
         cdi_dir=options.cdi_dir,
         state_dir=options.dra_state_dir,
+        node=agent.node if agent is not None else None,
     )
 
 
@@ -117,14 +155,16 @@ async def run(options: Options) -> int:
         agent = config_agent(client, options)
         log.info("waiting for the %s configuration of node %s in namespace %s",
                  agent.kind, options.node_name, options.config_namespace)  # fmt: skip
-        started = await until_signalled(
-            lambda: agent.initial_config(lambda doc: make_manager(options, doc))
-        )
-        if started is None:
-            return EXIT_OK
-        assert agent.doc is not None
-        log.info("policy %s configured from %s", started.policy.name, agent.cr_in_force)
-        return await run_daemon(options, started, agent.doc, agent, client)
+        # One set of watches for the first configuration and every later one.
+        async with agent.following():
+            started = await until_signalled(
+                lambda: agent.initial_config(lambda doc: make_manager(options, doc))
+            )
+            if started is None:
+                return EXIT_OK
+            assert agent.doc is not None
+            log.info("policy %s configured from %s", started.policy.name, agent.cr_in_force)
+            return await run_daemon(options, started, agent.doc, agent, client)
 
 
 def config_agent(client: KubeClient, options: Options) -> ConfigAgent:
@@ -175,12 +215,15 @@ def freeze_startup_heap() -> None:
 
 
 def main(options: Options) -> int:
+    """Run the daemon; its exit status. An error that ends the daemon before its services
+    run is logged as one line (a configuration: one per problem), never a traceback, and
+    exits with its status (``errors.EXIT_*``, README "Running"); a traceback is a bug."""
     try:
         return trio.run(run, options)
     except ConfigError as exc:
         for line in exc.errors:
             log.error("configuration error: %s", line)
-        return 2
-    except Fatal as exc:
+        return exc.exit_status
+    except ResmgrError as exc:
         log.error("cannot start: %s", exc)
-        return EXIT_FATAL
+        return exc.exit_status

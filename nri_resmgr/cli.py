@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from nri_resmgr import __version__
+from nri_resmgr.errors import UsageError as UsageError
 from nri_resmgr.nri.service import ENV_PLUGIN_IDX, ENV_PLUGIN_NAME, identity_errors
 
 DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"
@@ -38,15 +39,12 @@ class Options:
     cdi_dir: str = "/var/run/cdi"
     dra_state_dir: str = "/run/nri-resmgr"
     shutdown_grace: float = 10.0
+    nrt_interval: float = 2.0
 
     @property
     def has_cluster_access(self) -> bool:
         """A local config file means no cluster access at all, as in nri-plugins."""
         return self.config_file is None
-
-
-class UsageError(Exception):
-    pass
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,7 +127,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long stopping services may take before they are cancelled",
     )
+    p.add_argument(
+        "--nrt-interval",
+        type=positive_seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="least time between two writes of the node's NodeResourceTopology (changes in "
+        "between are written together); see docs/fleet.md",
+    )
     return p
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {text}")
+    return value
 
 
 def parse_options(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> Options:
@@ -157,6 +173,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> O
         cdi_dir=ns.cdi_dir,
         dra_state_dir=ns.dra_state_dir,
         shutdown_grace=ns.shutdown_grace,
+        nrt_interval=ns.nrt_interval,
     )
     if options.has_cluster_access:
         if not options.node_name:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from nri_resmgr.errors import InvalidValue
+
 MAX_ID = 1 << 16
 """Ids above this are rejected: the kernel's NR_CPUS ceiling is far below it, and a typo such as
 "0-4000000" would otherwise allocate millions of ints."""
@@ -13,7 +15,12 @@ MAX_TEXT = 1 << 16
 MAX_ID) would be about 190 KB, but 64 KiB already holds every other CPU of 8,192."""
 
 
-class CpuSetError(ValueError):
+LIST_BODY = r"\s*\d+(?:-\d+)?(?:\s*,\s*\d+(?:-\d+)?)*\s*"
+"""The list syntax a configuration writes ("0-3,8"), unanchored, read alike by Python's re and
+RE2 (the CRDs' patterns): what ``parse`` reads, less the empty list and spaces in a range."""
+
+
+class CpuSetError(InvalidValue):
     """A cpuset string that is not valid Linux list syntax."""
 
 

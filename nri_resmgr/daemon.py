@@ -16,10 +16,10 @@ from typing import Any, Protocol, TypeVar
 
 import trio
 
-log = logging.getLogger(__name__)
+from nri_resmgr.errors import EXIT_FATAL as EXIT_FATAL
+from nri_resmgr.errors import EXIT_OK as EXIT_OK
 
-EXIT_OK = 0
-EXIT_FATAL = 1
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -109,7 +109,7 @@ class Daemon:
                 name = signal.Signals(signum).name
                 if self._shutdown.is_set() and self._root is not None:
                     log.warning("second %s: cancelling without waiting for services", name)
-                    self._root.cancel_scope.cancel()
+                    self._root.cancel_scope.cancel(reason=f"second {name}")
                     return
                 self.request_shutdown(f"received {name}", fatal=False)
 
@@ -126,7 +126,7 @@ class Daemon:
             self._record("grace expired")
         self._record("cancel root")
         assert self._root is not None
-        self._root.cancel_scope.cancel()
+        self._root.cancel_scope.cancel(reason=self.shutdown_reason)
 
 
 class _StartedHook:
@@ -151,7 +151,7 @@ async def until_signalled(fn: Callable[[], Awaitable[T]]) -> T | None:
                 async for signum in signals:
                     log.info("received %s before start-up finished: exiting",
                              signal.Signals(signum).name)  # fmt: skip
-                    nursery.cancel_scope.cancel()
+                    nursery.cancel_scope.cancel(reason=f"{signal.Signals(signum).name} at start-up")
                     return
 
         nursery.start_soon(watch_signals)
@@ -159,7 +159,7 @@ async def until_signalled(fn: Callable[[], Awaitable[T]]) -> T | None:
             result.append(await fn())
         except Exception as exc:  # raised below as itself, not wrapped in a group
             failure.append(exc)
-        nursery.cancel_scope.cancel()
+        nursery.cancel_scope.cancel(reason="start-up work finished")
     if failure:
         raise failure[0]
     return result[0] if result else None

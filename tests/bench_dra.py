@@ -27,11 +27,12 @@ import trio
 import trio_asyncio
 
 from nri_resmgr.config.models import DraConfig, TemplateSpec
-from nri_resmgr.dra.plugin import KubeletPlugin
+from nri_resmgr.dra.kubeletplugin import KubeletPlugin
 from nri_resmgr.policies.template import TemplatePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.resmgr.policy import PolicyEnv
+from tests.dra.fake_driver import DRIVER, AllocatedEverywhere, LockedDriver
 from tests.dra.kubelet_client import generate_grpcio_stubs
 
 WARM_UP = 100
@@ -75,9 +76,13 @@ async def _run_against_daemon(
                     TemplateSpec(dra=DraConfig(enabled=True)),
                     PolicyEnv("", "n1"),
                 )
+                # The stack and the claim service, a claim read from an in-process store, and
+                # a driver that answers under the manager lock (as the CPU driver claims);
+                # no device metadata files.
                 plugin = KubeletPlugin(
-                    manager, "template.nri.io", Path(tmp) / "p", Path(tmp) / "r", node_name="n1"
-                )
+                    LockedDriver(manager.lock), DRIVER, AllocatedEverywhere(),  # type: ignore[arg-type]
+                    Path(tmp) / "p", Path(tmp) / "r", device_metadata=False,
+                )  # fmt: skip
                 async with trio.open_nursery() as nursery:
                     await plugin.start(nursery)
                     load_ops = [0]
@@ -172,8 +177,10 @@ async def _nri_load(manager: ResourceManager, ops: list[int]) -> None:
     i = 0
     while True:
         container = Container(id=f"c-{i}", pod_id=pod.id, name="load")
-        await manager.create_container(pod, container)
-        await manager.remove_container(pod, container)
+        async with manager.lock:  # each event takes it, as the NRI task path does
+            manager.create_container(pod, container)
+        async with manager.lock:
+            manager.remove_container(pod, container)
         ops[0] += 2
         i += 1
         await trio.sleep(0)  # let the DRA handlers in between, as separate NRI requests would
@@ -233,10 +240,10 @@ async def bench_slice_repair(rounds: int = 20) -> dict[str, Any]:
     does, to both back (seen by a client polling every 5 ms), against a real kube-apiserver;
     the publisher's re-list is 300 s, so the watch is what repairs it."""
     from nri_resmgr.backoff import Backoff
-    from nri_resmgr.dra.publisher import SlicePublisher, resource_slices
+    from nri_resmgr.dra.kubeletplugin.devices import Device
+    from nri_resmgr.dra.kubeletplugin.publisher import SlicePublisher, resource_slices
     from nri_resmgr.kube import KubeClient
     from nri_resmgr.kube.resources import NODES
-    from nri_resmgr.resmgr.model import Device
     from tests.kube.apiserver import start_apiserver
 
     slices_api = resource_slices("v1")

@@ -26,10 +26,10 @@ from typing import Any
 
 import trio
 
-from nri_resmgr.dra.publisher import SlicePublisher, resource_slices
+from nri_resmgr.dra.kubeletplugin.devices import Device
+from nri_resmgr.dra.kubeletplugin.publisher import SlicePublisher, resource_slices
 from nri_resmgr.kube import KubeClient
 from nri_resmgr.kube.resources import NAMESPACES, NODES, PODS, RESOURCE_CLAIMS
-from nri_resmgr.resmgr.model import Device
 from tests.dra import chain
 from tests.dra.scheduler import schedulable_node, start_scheduler
 from tests.kube.apiserver import start_apiserver

@@ -35,13 +35,14 @@ class Target:
 def call(pb2: ModuleType, target: Target, *, timed: bool) -> None:
     i = target.calls
     target.calls += 1
-    claim = pb2.Claim(namespace="default", name=f"c{i}", uid=f"uid-{i}")
+    uid = f"00000000-0000-4000-8000-{i:012d}"  # tests.dra.fake_driver.numbered_uid
+    claim = pb2.Claim(namespace="default", name=f"claim-{uid}", uid=uid)
     request = pb2.NodePrepareResourcesRequest(claims=[claim])
     start = time.perf_counter_ns()
     reply = target.stub.NodePrepareResources(request, timeout=10)
     elapsed = time.perf_counter_ns() - start
-    if f"uid-{i}" not in reply.claims:
-        raise SystemExit(f"call {i}: no answer for claim uid-{i}: {reply}")
+    if uid not in reply.claims or reply.claims[uid].error:
+        raise SystemExit(f"call {i}: no answer for claim {uid}: {reply}")
     if timed:
         target.samples_ns.append(elapsed)
 

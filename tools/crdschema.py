@@ -7,8 +7,10 @@ The output follows the Kubernetes *structural schema* rules: every node has a ``
 ``properties``, and unknown keys are left to the API server's pruning (or rejected by its
 strict field validation, which kubectl uses by default).
 
-A few facts are not in the types; they mirror ``validate.py``: the quantity patterns, the
-required ``reservedResources.cpu``, and unique, non-empty balloon type names.
+A few facts are not in the types: the quantity and CPU list patterns (from the grammars the
+loader parses with: ``quantity.PATTERN``, ``cpuset.LIST_BODY``), and, mirroring
+``validate.py``, the required ``reservedResources.cpu`` and unique, non-empty balloon type
+names.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import attrs
 
+from nri_resmgr.agent.status import FAILURE_ROOM, SUCCESS_ROOM
 from nri_resmgr.config.fields import key_of
 from nri_resmgr.config.models import (
     API_GROUP,
@@ -28,16 +31,16 @@ from nri_resmgr.config.models import (
     Constraints,
     PolicySpec,
 )
-from nri_resmgr.config.validate import MAX_CPU_VALUE
+from nri_resmgr.config.values import MAX_CPU_VALUE
+from nri_resmgr.cpuset import LIST_BODY
+from nri_resmgr.quantity import BODY as QUANTITY_BODY
+from nri_resmgr.quantity import PATTERN as QUANTITY_PATTERN
 
 Schema = dict[str, Any]
 
-# The same syntax ``validate.py`` accepts, as RE2 (the API server compiles patterns with Go).
-QUANTITY_PATTERN = r"^(\d+(\.\d+)?|\.\d+)(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
-CPU_PATTERN = (
-    r"^((\d+(\.\d+)?|\.\d+)(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?"
-    r"|(exclude-)?cpuset:\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*)$"
-)
+# The syntax the loader parses (config/values.py); RE2 reads it as Python does (the API server
+# compiles patterns with Go).
+CPU_PATTERN = rf"^(?:{QUANTITY_BODY}|(?:exclude-)?cpuset:{LIST_BODY})$"
 
 # Entries of one free-form map (control.rdt.options, .partitions, .classes, blockio...).
 FREE_FORM_MAX_PROPERTIES = 256
@@ -184,9 +187,24 @@ def status_schema() -> Schema:
         "type": "object",
         "properties": {
             "nodes": {
-                "description": "per-node result of applying this configuration",
+                "description": (
+                    "per-node result of applying this configuration: every node of a group "
+                    f"of up to {SUCCESS_ROOM}; in a larger group {SUCCESS_ROOM} nodes' "
+                    f"successes and failures up to {FAILURE_ROOM} entries. Every node also "
+                    "reports in its own NodeResourceTopology (attributes nri-resmgr.io/"
+                    "config*), or without one as an Event on this object"
+                ),
                 "type": "object",
+                "maxProperties": FAILURE_ROOM,
                 "additionalProperties": node_status,
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "self.filter(k, has(self[k].status) && "
+                        f"self[k].status == 'Success').size() <= {SUCCESS_ROOM}",
+                        "message": f"at most {SUCCESS_ROOM} successes (the others report in "
+                        "their NodeResourceTopology or as Events)",
+                    }
+                ],
             }
         },
     }

@@ -90,6 +90,17 @@ VALUES_PROPERTIES: Schema = {
         },
         "additionalProperties": False,
     },
+    "nrtIntervalSeconds": {"type": "number", "exclusiveMinimum": 0},
+    "priorityAndFairness": {
+        "type": "object",
+        "properties": {
+            "enabled": {"type": "boolean"},
+            "nominalConcurrencyShares": {"type": "integer", "minimum": 1},
+            "queueLengthLimit": {"type": "integer", "minimum": 1},
+        },
+        "required": ["enabled", "nominalConcurrencyShares", "queueLengthLimit"],
+        "additionalProperties": False,
+    },
     "networkPolicy": {
         "type": "object",
         "properties": {

@@ -1,9 +1,10 @@
 """A copy of the project whose mutmut runs only the given tests against each mutant.
 
 ``python tools/mutation_narrow.py DEST TEST...`` copies the tracked sources, tests, tools,
-protos, README.md and pyproject.toml to DEST (its ``mutants/`` is kept, so results accumulate) and
-replaces ``pytest_add_cli_args_test_selection`` in the copy's ``[tool.mutmut]`` by TEST...
-(plus the fast-tests-only options). mutmut reads that setting only from pyproject.toml.
+protos, docs, README.md, mkdocs.yml and pyproject.toml to DEST (its ``mutants/`` is kept, so
+results accumulate) and replaces ``pytest_add_cli_args_test_selection`` in the copy's
+``[tool.mutmut]`` by TEST... (plus the fast-tests-only options). mutmut reads that setting
+only from pyproject.toml.
 
 Why: a mutant that survives runs every test that reached its function. The config loader
 is reached by ~290 tests (every test that loads a policy), ~200 s a survivor on 2 shared
@@ -20,7 +21,16 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COPIED = ["nri_resmgr", "tests", "tools", "proto", "README.md", "pyproject.toml"]
+COPIED = [
+    "nri_resmgr",
+    "tests",
+    "tools",
+    "proto",
+    "docs",
+    "README.md",
+    "mkdocs.yml",
+    "pyproject.toml",
+]
 SELECTION = re.compile(r"^pytest_add_cli_args_test_selection = \[.*?^\]", re.M | re.S)
 FAST_ONLY = ["-m", "not integration", "-p", "no:cacheprovider"]
 

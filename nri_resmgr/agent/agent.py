@@ -3,31 +3,37 @@
 Two phases, one object:
 - ``initial_config(build)`` waits for the first CR in force, loads it and hands it to
   ``build`` (which makes the policy and the manager). If either refuses it, the Failure is
-  written to the CR's status and the ConfigError re-raised: the daemon cannot start.
+  reported and the ConfigError re-raised: the daemon cannot start.
 - As a daemon service it then follows the CRs and applies each new (UID, generation) with
   the manager's ``reconfigure``. A config that fails to load or that the manager/policy
-  refuses is rejected and the one in force stays. Every outcome goes to the status of the CR
-  in force under ``status.nodes.<node>``; when another CR takes over, the old CR's entry is
-  removed, and on a clean stop so is the current one.
+  refuses is rejected and the one in force stays. Every outcome is reported on the CR in
+  force, under ``status.nodes.<node>`` or as an Event (``status``); when another CR takes
+  over, the old CR's entry is removed, and on a clean stop so is the current one.
+
+Inside ``async with agent.following():`` both phases read the same two watches (the daemon
+does this: start-up then costs each node two watch requests, not four); without it, each
+phase opens its own.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import trio
 
+from nri_resmgr.agent.report import EventReporter, NodeReporter
 from nri_resmgr.agent.selection import ConfigKey, kind_for_policy, name_of
 from nri_resmgr.agent.status import StatusWriter, failure_entry, success_entry
-from nri_resmgr.agent.tracker import BackoffFactory, ConfigTracker, Selection, default_backoff
-from nri_resmgr.config.loader import load_document
+from nri_resmgr.agent.tracker import BackoffFactory, ConfigTracker, Selection
+from nri_resmgr.config.documents import load_document
 from nri_resmgr.config.models import PolicyDocument, PolicySpec
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.kube.client import KubeClient, KubeObject
 from nri_resmgr.kube.resources import CONFIG_RESOURCES_BY_KIND
+from nri_resmgr.kube.watch import default_backoff
 from nri_resmgr.shorten import shorten
 
 log = logging.getLogger(__name__)
@@ -63,7 +69,10 @@ class ConfigAgent:
         self.final_write_timeout = final_write_timeout
         self._client = client
         self._backoff = backoff
-        self.status = StatusWriter(client, self.resource, namespace, node_name, backoff())
+        self._tracker: ConfigTracker | None = None  # the shared one, inside following()
+        self.events = EventReporter(client, self.resource, namespace, node_name)
+        self.status = StatusWriter(client, self.resource, namespace, node_name, backoff(),
+                                   current=self._current_cr, report=self.events.report)  # fmt: skip
         self.doc: PolicyDocument | None = None  # the configuration in force
         self.cr_in_force: str | None = None  # the CR carrying this node's status entry
         self.applied = 0
@@ -76,20 +85,58 @@ class ConfigAgent:
         self._done = trio.Event()
         self._stopping = False
 
+    # -- following the cluster ------------------------------------------------------------
+
+    @asynccontextmanager
+    async def following(self) -> AsyncIterator[None]:
+        """Keeps the watches open for the block: both phases (and a restart of ``serve``)
+        read them instead of opening their own."""
+        tracker = self._new_tracker()
+        with _unwrapped():  # what the block raises comes out as itself, not in a group
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(tracker.run)
+                self._tracker = tracker
+                try:
+                    yield
+                finally:
+                    self._tracker = None
+                    nursery.cancel_scope.cancel(reason="config agent stops following")
+
+    @asynccontextmanager
+    async def _tracking(self) -> AsyncIterator[ConfigTracker]:
+        if self._tracker is not None:
+            yield self._tracker
+            return
+        async with self.following():
+            assert self._tracker is not None
+            yield self._tracker
+
+    def report_via(self, reporter: NodeReporter) -> None:
+        """Where this node's own report goes (``nri_resmgr.app``: its NodeResourceTopology
+        while that is exported, else an Event); an Event by default."""
+        self.status.report = reporter
+
+    def node(self) -> KubeObject | None:
+        """This node's Node object as last seen (None: not followed now, or not known)."""
+        return self._tracker.node if self._tracker is not None else None
+
+    def _current_cr(self, name: str) -> KubeObject | None:
+        return self._tracker.cr(name) if self._tracker is not None else None
+
     # -- phase 1: the configuration the daemon starts with ---------------------------------
 
     async def initial_config(self, build: Callable[[PolicyDocument], T]) -> T:
         """Waits for the first CR in force and returns ``build(doc)``; ConfigError is fatal."""
-        tracker = self._tracker()
         result: list[T] = []
         with _unwrapped():
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(tracker.run)
+            async with self._tracking() as tracker:
                 error = await self._first_config(tracker, build, result)
-                nursery.cancel_scope.cancel()
+                if error is not None:
+                    # Reported while the watches are open: the report's place depends on
+                    # the CR as seen.
+                    with trio.move_on_after(self.final_write_timeout):
+                        await self.status.flush()
         if error is not None:
-            with trio.move_on_after(self.final_write_timeout):
-                await self.status.flush()
             raise error
         return result[0]
 
@@ -117,14 +164,17 @@ class ConfigAgent:
                 if self._stopping:
                     task_status.started()
                     return
-                tracker = self._tracker()
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(tracker.run)
-                    nursery.start_soon(self.status.run)
+                async with self._tracking() as tracker, trio.open_nursery() as nursery:
+                    nursery.start_soon(self._report, tracker)
                     task_status.started()
                     await self._follow(tracker, self._reconfigure)
         finally:
             self._done.set()
+
+    async def _report(self, tracker: ConfigTracker) -> None:
+        # Where a result goes depends on the CR as seen: wait until it is.
+        await tracker.known.wait()
+        await self.status.run()
 
     async def stop(self) -> None:
         """Stops following and removes this node's entry from the CR in force."""
@@ -132,7 +182,7 @@ class ConfigAgent:
             return
         self._stopping = True
         if self._scope is not None:
-            self._scope.cancel()
+            self._scope.cancel(reason="config agent stopping")
             await self._done.wait()
         if self.cr_in_force is not None:
             self.status.set(self.cr_in_force, None)
@@ -169,7 +219,7 @@ class ConfigAgent:
                 assert selection.cr is not None
                 return selection.cr
 
-    def _tracker(self) -> ConfigTracker:
+    def _new_tracker(self) -> ConfigTracker:
         return ConfigTracker(self._client, self.resource, self.namespace, self.node_name,
                              self.group_label, self._backoff)  # fmt: skip
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-from nri_resmgr.config.loader import load_file
+from nri_resmgr.config.documents import load_file
 from nri_resmgr.config.models import PolicyDocument
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.resmgr.manager import ResourceManager

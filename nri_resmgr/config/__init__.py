@@ -4,7 +4,8 @@ Where configurations come from at run time (the cluster's config CRs, a watched 
 ``nri_resmgr.agent``; the CRDs generated from these models, ``tools/crdschema.py``.
 """
 
-from nri_resmgr.config.loader import dump_document, load_document, load_file, structure_spec
+from nri_resmgr.config.documents import dump_document, load_document, load_file
+from nri_resmgr.config.loader import structure_spec
 from nri_resmgr.config.models import PolicyDocument, PolicySpec
 
 __all__ = [

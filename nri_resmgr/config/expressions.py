@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from nri_resmgr.config.models import Expression
+from nri_resmgr.errors import ResmgrError
 
 Resolver = Callable[[str], object]
 """Looks up one path component of an evaluated object: a value, a map, another resolver,
@@ -153,8 +154,13 @@ def evaluate(e: Expression, root: Resolver) -> bool:
     return not found  # NotExist
 
 
+class UnresolvedKey(ResmgrError, KeyError):
+    """A ``$key`` in a ``groupBy`` that the container does not have."""
+
+
 def expand(text: str, root: Resolver) -> str:
-    """``text`` with ``$key`` and ``${key}`` replaced; raise KeyError for an unknown key."""
+    """``text`` with ``$key`` and ``${key}`` replaced; raise UnresolvedKey (a KeyError) for
+    an unknown key."""
 
     def value(m: re.Match[str]) -> str:
         ref = m.group(1)
@@ -163,7 +169,7 @@ def expand(text: str, root: Resolver) -> str:
         key = ref[1:-1] if ref.startswith("{") else ref
         got = key_value(root, key)
         if got is None:
-            raise KeyError(f"unresolvable key {key!r} in {text!r}")
+            raise UnresolvedKey(f"unresolvable key {key!r} in {text!r}")
         return got
 
     return _REF.sub(value, text)

@@ -12,6 +12,8 @@ from typing import Any, ClassVar, Literal
 import attrs
 
 from nri_resmgr.config.fields import field
+from nri_resmgr.config.values import CpuConstraint, parse_cpu, parse_memory
+from nri_resmgr.quantity import Quantity
 
 API_GROUP = "config.nri"
 API_VERSION = "v1alpha1"
@@ -21,10 +23,23 @@ CPUPriority = Literal["high", "normal", "low", "none"]
 TopologyLevel = Literal["system", "package", "die", "numa", "l3cache"]
 
 
+CpuDeviceMode = Literal["individual", "grouped"]
+CpuGroupBy = Literal["numanode", "socket"]
+
+
 @attrs.frozen
 class DraConfig:
     # None (unset) means off, but stays distinguishable from an explicit false.
     enabled: bool | None = None
+    cpu_device_mode: CpuDeviceMode | None = field(key="cpuDeviceMode", default=None)
+    """``individual`` (unset: the default) publishes one device per CPU; ``grouped`` one
+    device per NUMA node or socket whose capacity in CPUs claims consume (topology-aware
+    only; needs Kubernetes' consumable capacity, on by default from 1.36)."""
+    group_by: CpuGroupBy | None = field(key="groupBy", default=None)
+    """Grouped mode: ``numanode`` (unset: the default) or ``socket``."""
+    grouped_cpus: str | None = field(key="groupedCPUs", default=None)
+    """Grouped mode (required there): the cpuset set apart for claims. Native containers
+    never run on it, so a group's capacity is what Prepare can always give."""
 
 
 @attrs.frozen
@@ -107,12 +122,22 @@ class ControlConfig:
 class Constraints:
     """``reservedResources`` / ``availableResources``.
 
-    ``cpu`` is a quantity (``750m``, ``2``), ``cpuset:<list>`` or ``exclude-cpuset:<list>``;
-    ``memory`` a quantity. The policies interpret them against the hardware.
+    ``cpu`` is a quantity (``750m``, ``2``), ``cpuset:<list>`` or ``exclude-cpuset:<list>``,
+    ``memory`` a quantity: typed values (``values.py``) that the policies interpret against
+    the hardware.
     """
 
-    cpu: str | None = None
-    memory: str | None = None
+    cpu: CpuConstraint | None = None
+    memory: Quantity | None = None
+
+    @classmethod
+    def of(cls, cpu: str | None = None, memory: str | None = None) -> Constraints:
+        """From text, as code and tests write them (the loader structures its own values);
+        InvalidValue for a bad one."""
+        return cls(
+            None if cpu is None else parse_cpu(cpu),
+            None if memory is None else parse_memory(memory),
+        )
 
 
 @attrs.frozen
@@ -151,6 +176,16 @@ class TopologyAwareSpec(PolicySpec):
     reserved_pool_namespaces: tuple[str, ...] = ()
     default_cpu_priority: CPUPriority = field(key="defaultCPUPriority", default="none")
     unlimited_burstable: TopologyLevel = "package"
+    # Upstream's scheduling and CPU classes, in the shapes its topology-aware Config has
+    # (shared with balloons); accepted, said at load as not applied (topology_aware.keys).
+    scheduling_classes: tuple[SchedulingClass, ...] = ()
+    namespace_scheduling_classes: dict[str, str] = attrs.field(factory=dict)
+    pod_qos_scheduling_classes: dict[str, str] = field(key="podQoSSchedulingClasses", factory=dict)
+    cpu_classes: tuple[BalloonsCpuClass, ...] = field(key="cpuClasses", default=())
+    shared_pool_cpu_class: str = field(key="sharedPoolCPUClass", default="")
+    reserved_pool_cpu_class: str = field(key="reservedPoolCPUClass", default="")
+    default_exclusive_cpu_class: str = field(key="defaultExclusiveCPUClass", default="")
+    controllable_interrupts: tuple[str, ...] = ("*",)
 
 
 ExprOperator = Literal[
@@ -199,8 +234,8 @@ class LoadClass:
 
 @attrs.frozen
 class SchedulingClass:
-    """Linux scheduling and I/O priority parameters for containers (balloons
-    ``schedulingClasses``)."""
+    """Linux scheduling and I/O priority parameters for containers (``schedulingClasses`` of
+    balloons and topology-aware)."""
 
     name: str
     policy: Literal["", "none", "other", "fifo", "rr", "batch", "iso", "idle", "deadline"] = ""
@@ -227,7 +262,8 @@ class SchedulingClass:
 
 @attrs.frozen
 class BalloonsCpuClass:
-    """A balloons ``cpuClasses`` entry: frequencies are strings ("turbo", "base", "2GHz")."""
+    """A ``cpuClasses`` entry (balloons and topology-aware): frequencies are strings
+    ("turbo", "base", "2GHz")."""
 
     name: str
     min_freq: str = ""

@@ -16,6 +16,7 @@ import attrs
 
 from nri_resmgr import __version__
 from nri_resmgr.config.fields import key_of
+from nri_resmgr.config.values import VALUE_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +39,19 @@ def leaf_paths(cls: type, prefix: str = "spec") -> Iterator[str]:
 def _model_of(hint: Any) -> tuple[type, bool] | None:
     args = typing.get_args(hint)
     origin = typing.get_origin(hint)
-    if origin is tuple and args and attrs.has(args[0]):
+    if origin is tuple and args and _is_section(args[0]):
         return args[0], True
-    candidates = [x for x in args if attrs.has(x)] if args else []
+    candidates = [x for x in args if _is_section(x)] if args else []
     if candidates:
         return candidates[0], False
-    if attrs.has(hint):
+    if _is_section(hint):
         return hint, False
     return None
+
+
+def _is_section(t: Any) -> bool:
+    """A model of keys (an attrs class that is not one typed value, ``values.VALUE_TYPES``)."""
+    return attrs.has(t) and t not in VALUE_TYPES
 
 
 def values_at(obj: Any, path: str) -> list[tuple[Any, Any]]:

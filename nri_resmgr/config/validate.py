@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from nri_resmgr.config.expressions import check_expressions, check_group_by
-from nri_resmgr.config.models import BalloonsSpec, BalloonType, Constraints, PolicySpec
+from nri_resmgr.config.models import BalloonsSpec, BalloonType, PolicySpec, TopologyAwareSpec
+from nri_resmgr.cpuset import CpuSet, CpuSetError
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.shorten import short_repr, shorten
 
@@ -20,32 +21,10 @@ from nri_resmgr.shorten import short_repr, shorten
 # not applied, so nothing legitimate comes near these limits.
 MAX_SPEC_DEPTH = 24
 MAX_SPEC_NODES = 20_000
-# A CPU value longer than this is refused before it is parsed (the CRD says the same).
-MAX_CPU_VALUE = 4096
-
-_QUANTITY = re.compile(r"^(\d+(\.\d+)?|\.\d+)(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
-_CPULIST = re.compile(r"^\s*(\d+(-\d+)?)(\s*,\s*\d+(-\d+)?)*\s*$")
 _DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
 # A cpufreq governor's name as the kernel has them (CPUFREQ_NAME_LEN 16 with the NUL):
 # performance, powersave, schedutil, ... The value is written to scaling_governor.
 _GOVERNOR = re.compile(r"[a-z0-9_]{1,15}")
-
-
-def _check_cpu(value: str, path: str) -> list[str]:
-    if len(value) > MAX_CPU_VALUE:
-        return [f"{path}: {len(value)} characters, longer than {MAX_CPU_VALUE}"]
-    for prefix in ("cpuset:", "exclude-cpuset:"):
-        if value.startswith(prefix):
-            cpus = value[len(prefix) :]
-            if not _CPULIST.match(cpus):
-                return [f"{path}: invalid CPU list {short_repr(cpus)} in {short_repr(value)}"]
-            return []
-    if not _QUANTITY.match(value):
-        return [
-            f"{path}: expected a CPU quantity, cpuset:<list> or exclude-cpuset:<list>, "
-            f"got {short_repr(value)}"
-        ]
-    return []
 
 
 def check_bounds(data: Any, path: str = "spec") -> None:
@@ -67,15 +46,6 @@ def check_bounds(data: Any, path: str = "spec") -> None:
             stack.extend((v, f"{where}.{shorten(str(k), 40)}", depth + 1) for k, v in value.items())
         elif isinstance(value, list):
             stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value))
-
-
-def _check_constraints(c: Constraints, path: str) -> list[str]:
-    errors = []
-    if c.cpu is not None:
-        errors += _check_cpu(c.cpu, f"{path}.cpu")
-    if c.memory is not None and not _QUANTITY.match(c.memory):
-        errors.append(f"{path}.memory: expected a memory quantity, got {short_repr(c.memory)}")
-    return errors
 
 
 def _check_balloons(spec: BalloonsSpec, path: str) -> list[str]:
@@ -132,11 +102,68 @@ def _check_balloon_refs(spec: BalloonsSpec, bt: BalloonType, where: str) -> list
     return errors
 
 
+_POD_QOS = ("besteffort", "burstable", "guaranteed")
+
+
+def _check_topology_aware_classes(spec: TopologyAwareSpec, path: str) -> list[str]:
+    """The class references upstream's topology-aware Config.Validate checks: they are not
+    applied here, but a CR upstream would refuse is refused here too."""
+    scheduling = {sc.name for sc in spec.scheduling_classes}
+    errors = [
+        f"{path}.podQoSSchedulingClasses.{shorten(qos, 40)}: not a pod QoS class "
+        f"(BestEffort, Burstable, Guaranteed)"
+        for qos in spec.pod_qos_scheduling_classes
+        if qos.lower() not in _POD_QOS
+    ]
+    for key, table in (
+        ("podQoSSchedulingClasses", spec.pod_qos_scheduling_classes),
+        ("namespaceSchedulingClasses", spec.namespace_scheduling_classes),
+    ):
+        errors += [
+            f"{path}.{key}.{shorten(name, 40)}: unknown scheduling class {short_repr(cls)}"
+            for name, cls in table.items()
+            if cls not in scheduling
+        ]
+    # As upstream, the CPU class names are checked only when cpuClasses are defined.
+    cpu = {c.name for c in spec.cpu_classes}
+    if cpu and not spec.shared_pool_cpu_class:
+        errors.append(f"{path}.sharedPoolCPUClass: required when cpuClasses are defined")
+    errors += [
+        f"{path}.{key}: unknown CPU class {short_repr(name)}"
+        for key, name in (
+            ("sharedPoolCPUClass", spec.shared_pool_cpu_class),
+            ("reservedPoolCPUClass", spec.reserved_pool_cpu_class),
+            ("defaultExclusiveCPUClass", spec.default_exclusive_cpu_class),
+        )
+        if cpu and name and name not in cpu
+    ]
+    return errors
+
+
+def _check_dra(spec: PolicySpec, path: str) -> list[str]:
+    dra = spec.dra
+    if dra.cpu_device_mode != "grouped":
+        return [
+            f"{path}.{key}: applies only with cpuDeviceMode grouped"
+            for key, value in (("groupBy", dra.group_by), ("groupedCPUs", dra.grouped_cpus))
+            if value is not None
+        ]
+    if spec.policy_name != "topology-aware":
+        return [f"{path}.cpuDeviceMode: grouped CPU devices are offered by topology-aware only"]
+    if dra.grouped_cpus is None:
+        return [f"{path}.groupedCPUs: required with cpuDeviceMode grouped (the CPUs for claims)"]
+    try:
+        cpus = CpuSet.parse(dra.grouped_cpus)
+    except CpuSetError as e:
+        return [f"{path}.groupedCPUs: {e}"]
+    return [] if cpus else [f"{path}.groupedCPUs: must name at least one CPU"]
+
+
 def validate_spec(spec: PolicySpec, path: str = "spec") -> None:
-    errors = _check_constraints(spec.reserved_resources, f"{path}.reservedResources")
+    # The constraints' values are typed by the loader (values.py); one must be there.
+    errors = []
     if spec.reserved_resources.cpu is None:
         errors.append(f"{path}.reservedResources.cpu: required key missing")
-    errors += _check_constraints(spec.available_resources, f"{path}.availableResources")
     inst = spec.instrumentation
     if inst.prometheus_export and inst.metrics_exporter not in ("", "prometheus"):
         errors.append(
@@ -157,5 +184,8 @@ def validate_spec(spec: PolicySpec, path: str = "spec") -> None:
     ]
     if isinstance(spec, BalloonsSpec):
         errors += _check_balloons(spec, path)
+    if isinstance(spec, TopologyAwareSpec):
+        errors += _check_topology_aware_classes(spec, path)
+    errors += _check_dra(spec, f"{path}.dra")
     if errors:
         raise ConfigError(errors)

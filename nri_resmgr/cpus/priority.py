@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 
 from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.errors import InvalidValue
 from nri_resmgr.sysfs import System
 from nri_resmgr.sysfs.cpudetails import CoreKind, Epp
 
@@ -35,7 +36,8 @@ class Priority(enum.IntEnum):
         try:
             return cls[name.upper()]
         except KeyError:
-            raise ValueError(f"{text!r} is not a CPU priority (high, normal, low, none)") from None
+            problem = f"{text!r} is not a CPU priority (high, normal, low, none)"
+            raise InvalidValue(problem) from None
 
 
 Priorities = tuple[CpuSet, CpuSet, CpuSet]

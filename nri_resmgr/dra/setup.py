@@ -11,27 +11,28 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from nri_resmgr.dra.cdi import CDI_DIR, CdiWriter
-from nri_resmgr.dra.claims import ClaimPreparer
-from nri_resmgr.dra.plugin import (
+from nri_resmgr.dra.cpu.cdi import CdiWriter
+from nri_resmgr.dra.cpu.driver import CpuDriver, driver_name_for
+from nri_resmgr.dra.cpu.state import ClaimStore
+from nri_resmgr.dra.kubeletplugin import (
+    CDI_DIR,
     KUBELET_PLUGINS_DIR,
     KUBELET_REGISTRY_DIR,
-    DraOwner,
     KubeletPlugin,
-    driver_name_for,
+    SlicePublisher,
 )
-from nri_resmgr.dra.publisher import KubeApi, SlicePublisher
-from nri_resmgr.dra.state import ClaimStore
+from nri_resmgr.dra.kubeletplugin.publisher import NodeSource
+from nri_resmgr.kube.api import KubeApi
 from nri_resmgr.resmgr.manager import ResourceManager
 
 STATE_DIR = "/run/nri-resmgr"
-"""A tmpfs on every systemd host: the record only has to outlive the daemon (``dra.state``)."""
+"""A tmpfs on every systemd host: the record only has to outlive the daemon (``dra.cpu.state``)."""
 
 log = logging.getLogger(__name__)
 
 
 def build_dra_plugin(
-    manager: DraOwner | ResourceManager,
+    manager: ResourceManager,
     policy_name: str,
     *,
     enabled: bool | None,
@@ -41,8 +42,10 @@ def build_dra_plugin(
     registry_dir: str | Path = KUBELET_REGISTRY_DIR,
     cdi_dir: str | Path = CDI_DIR,
     state_dir: str | Path = STATE_DIR,
+    node: NodeSource | None = None,
 ) -> KubeletPlugin | None:
-    """The DRA plugin service to start, or None when DRA stays off."""
+    """The DRA plugin service to start, or None when DRA stays off. ``node``: the Node as
+    the daemon follows it, so the publisher needs no GET for its UID."""
     if not enabled:
         log.info("DRA support is disabled")
         return None
@@ -53,24 +56,16 @@ def build_dra_plugin(
             " and no ".join(missing),
         )
         return None
-    driver = driver_name_for(policy_name)
-    publisher = SlicePublisher(kube, manager.dra_devices, driver, node_name)
-    claims = None
-    if isinstance(manager, ResourceManager):
-        claims = ClaimPreparer(
-            manager, kube, driver, node_name, ClaimStore(state_dir), CdiWriter(cdi_dir, driver)
-        )
-        # Before anything serves: Synchronize must already know the prepared claims.
-        claims.restore(manager.policy)
-        manager.reconfigure_hooks.append(_republish_after(publisher))
+    driver_name = driver_name_for(policy_name)
+    driver = CpuDriver(
+        manager, driver_name, node_name, ClaimStore(state_dir), CdiWriter(cdi_dir, driver_name)
+    )
+    # Before anything serves: Synchronize must already know the prepared claims.
+    driver.restore(manager.policy)
+    publisher = SlicePublisher(kube, driver.devices, driver_name, node_name, node=node)
+    manager.reconfigure_hooks.append(_republish_after(publisher))
     return KubeletPlugin(
-        manager,
-        driver,
-        plugins_dir,
-        registry_dir,
-        node_name=node_name,
-        publisher=publisher,
-        claims=claims,
+        driver, driver_name, kube, plugins_dir, registry_dir, publisher=publisher, cdi_dir=cdi_dir
     )
 
 

@@ -12,8 +12,7 @@ The services that serve them (the HTTP endpoint, the NRT export) are in
 from nri_resmgr.instrumentation.health import READINESS, Readiness
 from nri_resmgr.instrumentation.metrics import (
     CHANGES,
-    observe_nri_handlers,
-    observe_nri_inline,
+    RequestObserver,
     observed,
 )
 
@@ -21,7 +20,6 @@ __all__ = [
     "CHANGES",
     "READINESS",
     "Readiness",
-    "observe_nri_handlers",
-    "observe_nri_inline",
+    "RequestObserver",
     "observed",
 ]

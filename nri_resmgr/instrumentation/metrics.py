@@ -1,11 +1,12 @@
 """The daemon's instruments, switched on when metrics are exported.
 
-Request instruments wrap the NRI handler table and the DRA claim calls in one place each, so
-no handler carries metrics code. Until ``enable`` runs (at start or at a reconfiguration
-that turns ``instrumentation.prometheusExport`` on) nothing is counted and
-``prometheus_client`` is not even imported (``prom.py`` holds the registry): a daemon that
-exports no metrics pays neither the import at start nor the counting per request. Counters
-therefore start at the moment export is switched on, as they do at a restart.
+Request instruments sit in one place each, so no handler carries metrics code: the NRI
+ttrpc server tells a ``RequestObserver`` of every request, the DRA claim calls are wrapped.
+Until ``enable`` runs (at start or at a reconfiguration that turns
+``instrumentation.prometheusExport`` on) nothing is counted and ``prometheus_client`` is not
+even imported (``prom.py`` holds the registry): a daemon that exports no metrics pays neither
+the import at start nor the counting per request. Counters therefore start at the moment
+export is switched on, as they do at a restart.
 
 Policy gauges are collected at scrape time from the active policy's ``gauges()`` (on the
 trio thread, so they see a state no request is half-way through). ``CHANGES`` is signalled
@@ -16,7 +17,7 @@ policy's state (the NodeResourceTopology exporter).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -109,79 +110,30 @@ def observed(kind: str, method: str) -> AbstractContextManager[None]:
     return _timed(kind, method)
 
 
-RawHandler = Callable[[bytes], Awaitable[bytes]]
+class RequestObserver:
+    """Counts and times requests of one kind (``nri``) by method, once metrics are exported,
+    and signals ``CHANGES`` after each: what the NRI ttrpc server is told of every request
+    it answers (``nri_resmgr.nri.ttrpc.Observer``), in place or in a handler task."""
 
+    def __init__(self, kind: str) -> None:
+        self._kind = kind
+        self._instruments: dict[str, prom.Instruments] = {}
+        """Each method's children, looked up on its first counted request."""
 
-def observe_nri_handlers(methods: dict[str, RawHandler]) -> dict[str, RawHandler]:
-    """The NRI handler table with every method counted and timed under its NRI name."""
+    def start(self) -> float | None:
+        """The start time, or None while nothing is counted."""
+        return None if _prom is None else time.perf_counter()
 
-    def wrap(name: str, handler: RawHandler) -> RawHandler:
-        children: list[prom.Instruments] = []  # looked up once, on the first counted call
-
-        async def call(payload: bytes) -> bytes:
-            if _prom is None:
-                try:
-                    return await handler(payload)
-                finally:
-                    CHANGES.notify()
-            if not children:
-                children.append(_prom.Instruments("nri", name))
-            i = children[0]
+    def done(self, method: str, started: float | None, ok: bool) -> None:
+        if started is not None and _prom is not None:
             # _timed spelled out: on the NRI path a generator context manager costs more
             # than the counting itself.
-            start = time.perf_counter()
-            try:
-                reply = await handler(payload)
-            except BaseException:
-                i.error.inc()
-                raise
-            finally:
-                i.latency.observe(time.perf_counter() - start)
-                CHANGES.notify()
-            i.ok.inc()
-            return reply
-
-        return call
-
-    return {name: wrap(name, h) for name, h in methods.items()}
-
-
-InlineHandler = Callable[[bytes], bytes | None]
-
-
-def observe_nri_inline(methods: dict[str, InlineHandler]) -> dict[str, InlineHandler]:
-    """The inline NRI handlers (answered in the ttrpc reader), counted and timed as the
-    task-path ones are; a None (would wait: the task path takes it) counts nothing."""
-
-    def wrap(name: str, handler: InlineHandler) -> InlineHandler:
-        children: list[prom.Instruments] = []  # looked up once, on the first counted call
-
-        def call(payload: bytes) -> bytes | None:
-            if _prom is None:
-                reply = handler(payload)
-                if reply is not None:
-                    CHANGES.notify()
-                return reply
-            if not children:
-                children.append(_prom.Instruments("nri", name))
-            i = children[0]
-            start = time.perf_counter()
-            try:
-                reply = handler(payload)
-            except BaseException:
-                i.latency.observe(time.perf_counter() - start)
-                i.error.inc()
-                CHANGES.notify()
-                raise
-            if reply is not None:
-                i.latency.observe(time.perf_counter() - start)
-                i.ok.inc()
-                CHANGES.notify()
-            return reply
-
-        return call
-
-    return {name: wrap(name, h) for name, h in methods.items()}
+            i = self._instruments.get(method)
+            if i is None:
+                i = self._instruments[method] = _prom.Instruments(self._kind, method)
+            i.latency.observe(time.perf_counter() - started)
+            (i.ok if ok else i.error).inc()
+        CHANGES.notify()
 
 
 _PROM_NAMES = frozenset(
@@ -200,11 +152,10 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "CHANGES",
     "ChangeSignal",
+    "RequestObserver",
     "count_reload",
     "enable",
     "enabled",
     "follow",
-    "observe_nri_handlers",
-    "observe_nri_inline",
     "observed",
 ]

@@ -38,6 +38,8 @@ class PatchType(enum.Enum):
     MERGE = "application/merge-patch+json"
     JSON = "application/json-patch+json"
     STRATEGIC = "application/strategic-merge-patch+json"
+    APPLY = "application/apply-patch+yaml"
+    """Server-side apply: the whole wanted object, created or updated in one request."""
 
 
 class KubeClient:
@@ -138,13 +140,23 @@ class KubeClient:
         *,
         patch_type: PatchType = PatchType.MERGE,
         subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool = False,
     ) -> KubeObject:
+        """``field_manager`` (required by APPLY) names the writer; ``force`` makes an APPLY
+        take over fields another manager set instead of answering 409."""
         if patch_type is PatchType.JSON and not isinstance(patch, list):
             raise ValueError("a JSON patch is a list of operations")
         if patch_type is not PatchType.JSON and not isinstance(patch, dict):
             raise ValueError(f"a {patch_type.name.lower()} patch is an object")
+        if patch_type is PatchType.APPLY and not field_manager:
+            raise ValueError("server-side apply needs a field_manager")
+        params = {"fieldManager": field_manager} if field_manager else {}
+        if force:
+            params["force"] = "true"
         path = resource.object_path(name, namespace, subresource)
-        return await self.request("PATCH", path, body=patch, content_type=patch_type.value)
+        return await self.request("PATCH", path, params=params or None, body=patch,
+                                  content_type=patch_type.value)  # fmt: skip
 
     async def delete(
         self,
@@ -174,6 +186,7 @@ class KubeClient:
         resource_version: str | None = None,
         backoff: Backoff | None = None,
         timeout_seconds: int = 300,
+        watch_list: bool = True,
     ) -> Watch:
         """A resilient watch; see ``nri_resmgr.kube.watch.Watch`` for its event semantics."""
         return Watch(
@@ -186,6 +199,7 @@ class KubeClient:
             resource_version=resource_version,
             backoff=backoff,
             timeout_seconds=timeout_seconds,
+            watch_list=watch_list,
         )
 
     async def request(

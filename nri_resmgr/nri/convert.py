@@ -84,6 +84,7 @@ def pod_to_proto(pod: model.Pod) -> api.PodSandbox:
 
 
 def container_from_proto(ctr: api.Container) -> model.Container:
+    claims, keys = model.claims_from_env(ctr.env)
     return model.Container(
         id=ctr.id,
         pod_id=ctr.pod_sandbox_id,
@@ -93,7 +94,8 @@ def container_from_proto(ctr: api.Container) -> model.Container:
         annotations=dict(ctr.annotations),
         resources=resources_from_proto(ctr.linux.resources),
         pid=ctr.pid,
-        claims=model.claims_from_env(ctr.env),
+        claims=claims,
+        claim_keys=keys,
         cdi_devices=tuple(d.name for d in ctr.cdi_devices),
         devices=_device_nodes(ctr.linux),
         oom_score_adj=ctr.linux.oom_score_adj.value if _present(ctr.linux.oom_score_adj) else None,
@@ -136,7 +138,10 @@ def container_to_proto(ctr: model.Container) -> api.Container:
         labels=dict(ctr.labels),
         annotations=dict(ctr.annotations),
         pid=ctr.pid,
-        env=[f"{model.claim_env_name(uid)}={cpus}" for uid, cpus in ctr.claims.items()],
+        env=[
+            *(f"{model.claim_env_name(uid)}={cpus}" for uid, cpus in ctr.claims.items()),
+            *(f"{model.claim_key_name(uid)}={key}" for uid, key in ctr.claim_keys.items()),
+        ],
         cdi_devices=[api.CdiDevice(name=name) for name in ctr.cdi_devices],
     )
     if ctr.resources is not None or ctr.oom_score_adj is not None or ctr.devices:

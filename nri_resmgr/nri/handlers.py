@@ -1,8 +1,10 @@
 """The plugin service: every Plugin RPC the runtime may call, mapped onto the ResourceManager.
 
-Each handler converts the request, calls the manager (which takes the manager lock and asks
-the policy), and converts the answer. Updates that the reply cannot carry (remove, and events
-arriving through StateChange) are handed to ``defer_updates`` and sent later through
+One synchronous body per RPC: it decodes the request, calls the manager (which asks the
+policy), and encodes the answer. The bodies that reach the manager are registered with the
+manager lock (``ttrpc.Sync``): the ttrpc server runs them with it held, at once when it is
+free, else in a task that waits its turn. Updates that the reply cannot carry (remove, and
+events arriving through StateChange) are handed to ``defer_updates`` and sent later through
 UpdateContainers: sending them from inside the handler would wait on a runtime that, up to
 NRI v0.12.0, holds its lock until this very handler has replied.
 
@@ -19,11 +21,11 @@ from typing import TypeVar
 import attrs
 
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
-from nri_resmgr.instrumentation import READINESS, observe_nri_handlers, observe_nri_inline
+from nri_resmgr.instrumentation import READINESS
 from nri_resmgr.nri import convert, wire
 from nri_resmgr.nri.errors import Code, RpcError
 from nri_resmgr.nri.events import Version, runtime_nri_version, subscription_mask
-from nri_resmgr.nri.ttrpc import InlineHandler, RawHandler, unary
+from nri_resmgr.nri.ttrpc import Sync, parse
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Container, Pod, Resources, Update
 
@@ -70,6 +72,8 @@ def _ms(value: int, default: float) -> float:
 
 
 class PluginHandlers:
+    """The Plugin service's bodies, and what the handshake and a split Synchronize keep."""
+
     def __init__(
         self, manager: ResourceManager, defer_updates: Callable[[Sequence[Update]], None]
     ) -> None:
@@ -80,73 +84,39 @@ class PluginHandlers:
         self._sync_containers: list[Container] = []
         self._sync_bytes = 0
 
-    def service(self) -> dict[str, dict[str, RawHandler]]:
-        methods: dict[str, RawHandler] = {
-            "Configure": unary(api.ConfigureRequest, self.configure),
-            "Synchronize": self.synchronize,
-            "Shutdown": unary(api.Empty, self.shutdown),
-            "RunPodSandbox": self.run_pod_sandbox,
-            "UpdatePodSandbox": unary(api.UpdatePodSandboxRequest, self.update_pod_sandbox),
-            "PostUpdatePodSandbox": _no_op,
-            "StopPodSandbox": self.stop_pod_sandbox,
-            "RemovePodSandbox": self.remove_pod_sandbox,
-            "CreateContainer": self.create_container,
-            "PostCreateContainer": _no_op,
-            "StartContainer": self.start_container,
-            "PostStartContainer": _no_op,
-            "UpdateContainer": unary(api.UpdateContainerRequest, self.update_container),
-            "PostUpdateContainer": _no_op,
-            "StopContainer": self.stop_container,
-            "RemoveContainer": self.remove_container,
-            "StateChange": self.state_change,
-            "ValidateContainerAdjustment": unary(
-                api.ValidateContainerAdjustmentRequest, self.validate
-            ),
+    def service(self) -> dict[str, dict[str, Sync]]:
+        """The Plugin service's method table, for ``TtrpcServer``."""
+        lock = self._manager.lock
+
+        def locked(body: Callable[[bytes], bytes]) -> Sync:
+            return Sync(body, lock)
+
+        methods = {
+            "Configure": Sync(self.configure),
+            "Synchronize": locked(self.synchronize),
+            "Shutdown": Sync(self.shutdown),
+            "RunPodSandbox": locked(self.run_pod_sandbox),
+            "UpdatePodSandbox": locked(self.update_pod_sandbox),
+            "PostUpdatePodSandbox": _NO_OP,
+            "StopPodSandbox": locked(self.stop_pod_sandbox),
+            "RemovePodSandbox": locked(self.remove_pod_sandbox),
+            "CreateContainer": locked(self.create_container),
+            "PostCreateContainer": _NO_OP,
+            "StartContainer": locked(self.start_container),
+            "PostStartContainer": _NO_OP,
+            "UpdateContainer": locked(self.update_container),
+            "PostUpdateContainer": _NO_OP,
+            "StopContainer": locked(self.stop_container),
+            "RemoveContainer": locked(self.remove_container),
+            "StateChange": locked(self.state_change),
+            "ValidateContainerAdjustment": Sync(self.validate),
         }
-        return {PLUGIN_SERVICE: observe_nri_handlers(methods)}
-
-    def inline_service(self) -> dict[str, dict[str, InlineHandler]]:
-        """The events answered in the ttrpc reader's task, without a handler task, when the
-        manager lock is free (see ``TtrpcServer``): the per-pod and per-container events,
-        whose work is the policy's, synchronous and never waiting on anything."""
-        bodies: dict[str, Callable[[bytes], bytes]] = {
-            "RunPodSandbox": self._run_pod_sandbox,
-            "StopPodSandbox": self._stop_pod_sandbox,
-            "RemovePodSandbox": self._remove_pod_sandbox,
-            "CreateContainer": self._create_container,
-            "StartContainer": self._start_container,
-            "StopContainer": self._stop_container,
-            "RemoveContainer": self._remove_container,
-        }
-        methods = {name: self._when_free(body) for name, body in bodies.items()}
-        for name in _POST_EVENTS:
-            methods[name] = _no_op_now
-        return {PLUGIN_SERVICE: observe_nri_inline(methods)}
-
-    def _when_free(self, body: Callable[[bytes], bytes]) -> InlineHandler:
-        manager = self._manager
-
-        def now(payload: bytes) -> bytes | None:
-            lock = manager.lock
-            if lock.locked():
-                return None  # the task path waits its turn
-            # Not a @contextmanager: its generator frame was a measurable part of every
-            # container event. acquire_nowait raises trio.WouldBlock if someone waits.
-            lock.acquire_nowait()
-            try:
-                return body(payload)
-            finally:
-                lock.release()
-
-        return now
-
-    async def _locked(self, body: Callable[[bytes], bytes], payload: bytes) -> bytes:
-        async with self._manager.lock:
-            return body(payload)
+        return {PLUGIN_SERVICE: methods}
 
     # -- handshake ------------------------------------------------------------------------
 
-    async def configure(self, req: api.ConfigureRequest) -> api.ConfigureResponse:
+    def configure(self, payload: bytes) -> bytes:
+        req = parse(api.ConfigureRequest, payload)
         self.runtime = runtime_info_from(req)
         log.info(
             "configured by %s %s (NRI %s): event mask %#x, request timeout %.1fs",
@@ -156,9 +126,9 @@ class PluginHandlers:
             self.runtime.events,
             self.runtime.request_timeout,
         )
-        return api.ConfigureResponse(events=self.runtime.events)
+        return bytes(api.ConfigureResponse(events=self.runtime.events))
 
-    async def synchronize(self, payload: bytes) -> bytes:
+    def synchronize(self, payload: bytes) -> bytes:
         pods, containers, more = _decode(wire.synchronize_request, payload, "SynchronizeRequest")
         self._sync_pods.extend(pods)
         self._sync_containers.extend(containers)
@@ -170,7 +140,7 @@ class PluginHandlers:
         pods, containers = self._sync_pods, self._sync_containers
         self._reset_split_sync()
         log.info("synchronizing %d pods, %d containers", len(pods), len(containers))
-        updates = await self._manager.synchronize(pods, containers)
+        updates = self._manager.synchronize(pods, containers)
         READINESS.set("nri", True)  # registered (Synchronize follows registration) and synced
         return bytes(wire.updates_field(1, updates))
 
@@ -189,104 +159,84 @@ class PluginHandlers:
     def _reset_split_sync(self) -> None:
         self._sync_pods, self._sync_containers, self._sync_bytes = [], [], 0
 
-    async def shutdown(self, req: api.Empty) -> api.Empty:
+    def shutdown(self, payload: bytes) -> bytes:
+        parse(api.Empty, payload)
         log.info("the runtime asked the NRI plugin to shut down; it will re-dial")
-        return api.Empty()
+        return b""
 
     # -- pods -----------------------------------------------------------------------------
 
-    async def run_pod_sandbox(self, payload: bytes) -> bytes:
-        return await self._locked(self._run_pod_sandbox, payload)
-
-    def _run_pod_sandbox(self, payload: bytes) -> bytes:
+    def run_pod_sandbox(self, payload: bytes) -> bytes:
         pod = _decode(wire.pod_request, payload, "RunPodSandbox")
-        self._manager.run_pod_sandbox_held(pod)
+        self._manager.run_pod_sandbox(pod)
         return b""
 
-    async def update_pod_sandbox(
-        self, req: api.UpdatePodSandboxRequest
-    ) -> api.UpdatePodSandboxResponse:
+    def update_pod_sandbox(self, payload: bytes) -> bytes:
+        req = parse(api.UpdatePodSandboxRequest, payload)
         pod = convert.pod_from_proto(req.pod)
         resources = convert.resources_from_proto(req.linux_resources)
         if resources is not None:
             pod = attrs.evolve(pod, resources=resources)
-        await self._manager.update_pod_sandbox(pod)
-        return api.UpdatePodSandboxResponse()
+        self._manager.update_pod_sandbox(pod)
+        return bytes(api.UpdatePodSandboxResponse())
 
-    async def stop_pod_sandbox(self, payload: bytes) -> bytes:
-        return await self._locked(self._stop_pod_sandbox, payload)
-
-    def _stop_pod_sandbox(self, payload: bytes) -> bytes:
+    def stop_pod_sandbox(self, payload: bytes) -> bytes:
         pod = _decode(wire.pod_request, payload, "StopPodSandbox")
-        self._manager.stop_pod_sandbox_held(pod)
+        self._manager.stop_pod_sandbox(pod)
         return b""
 
-    async def remove_pod_sandbox(self, payload: bytes) -> bytes:
-        return await self._locked(self._remove_pod_sandbox, payload)
-
-    def _remove_pod_sandbox(self, payload: bytes) -> bytes:
+    def remove_pod_sandbox(self, payload: bytes) -> bytes:
         pod = _decode(wire.pod_request, payload, "RemovePodSandbox")
-        self._manager.remove_pod_sandbox_held(pod)
+        self._manager.remove_pod_sandbox(pod)
         return b""
 
     # -- containers -----------------------------------------------------------------------
 
-    async def create_container(self, payload: bytes) -> bytes:
-        return await self._locked(self._create_container, payload)
-
-    def _create_container(self, payload: bytes) -> bytes:
+    def create_container(self, payload: bytes) -> bytes:
         pod, ctr = _decode(wire.pod_and_container, payload, "CreateContainerRequest")
-        adjustment, updates = self._manager.create_container_held(pod, ctr)
+        adjustment, updates = self._manager.create_container(pod, ctr)
         others = [u for u in updates if u.container_id != ctr.id]
         if len(others) != len(updates):
             # The runtime fails the creation on an update of the container being created.
             log.warning("policy updated container %s while creating it; dropped", ctr.id)
         return wire.create_container_response(adjustment, others)
 
-    async def start_container(self, payload: bytes) -> bytes:
-        return await self._locked(self._start_container, payload)
-
-    def _start_container(self, payload: bytes) -> bytes:
+    def start_container(self, payload: bytes) -> bytes:
         pod, ctr = _decode(wire.pod_and_container, payload, "StartContainerRequest")
-        self._manager.start_container_held(pod, ctr)
+        self._manager.start_container(pod, ctr)
         return b""
 
-    async def update_container(
-        self, req: api.UpdateContainerRequest
-    ) -> api.UpdateContainerResponse:
+    def update_container(self, payload: bytes) -> bytes:
+        req = parse(api.UpdateContainerRequest, payload)
         pod = convert.pod_from_proto(req.pod)
         ctr = convert.container_from_proto(req.container)
         resources = convert.resources_from_proto(req.linux_resources) or ctr.resources
-        updates = await self._manager.update_container(pod, ctr, resources or Resources())
-        return api.UpdateContainerResponse(update=_updates_to_proto(updates))
+        updates = self._manager.update_container(pod, ctr, resources or Resources())
+        return bytes(api.UpdateContainerResponse(update=_updates_to_proto(updates)))
 
-    async def stop_container(self, payload: bytes) -> bytes:
-        return await self._locked(self._stop_container, payload)
-
-    def _stop_container(self, payload: bytes) -> bytes:
+    def stop_container(self, payload: bytes) -> bytes:
         pod, ctr = _decode(wire.pod_and_container, payload, "StopContainerRequest")
-        updates = self._manager.stop_container_held(pod, ctr)
+        updates = self._manager.stop_container(pod, ctr)
         return bytes(wire.updates_field(1, updates))
 
-    async def remove_container(self, payload: bytes) -> bytes:
-        return await self._locked(self._remove_container, payload)
-
-    def _remove_container(self, payload: bytes) -> bytes:
+    def remove_container(self, payload: bytes) -> bytes:
         pod, ctr = _decode(wire.pod_and_container, payload, "RemoveContainerRequest")
-        updates = self._manager.remove_container_held(pod, ctr)
-        if updates:
-            self._defer(updates)
+        self._remove(pod, ctr)
         return b""
 
-    async def validate(
-        self, req: api.ValidateContainerAdjustmentRequest
-    ) -> api.ValidateContainerAdjustmentResponse:
+    def _remove(self, pod: Pod, ctr: Container) -> None:
+        updates = self._manager.remove_container(pod, ctr)
+        if updates:
+            self._defer(updates)
+
+    def validate(self, payload: bytes) -> bytes:
+        parse(api.ValidateContainerAdjustmentRequest, payload)
         # We never subscribe to validation; if a runtime asks anyway, we have no objection.
-        return api.ValidateContainerAdjustmentResponse(reject=False)
+        return bytes(api.ValidateContainerAdjustmentResponse(reject=False))
 
     # -- the pre-v0.12 path ---------------------------------------------------------------
 
-    async def state_change(self, payload: bytes) -> bytes:
+    def state_change(self, payload: bytes) -> bytes:
         event_number = _decode(_state_change_event, payload, "StateChangeEvent")
         try:
             event = api.Event(event_number)
@@ -298,21 +248,16 @@ class PluginHandlers:
             return b""
         pod, ctr = _decode(_state_change_objects, payload, "StateChangeEvent")
         if event == api.Event.RUN_POD_SANDBOX:
-            await self._manager.run_pod_sandbox(pod)
+            self._manager.run_pod_sandbox(pod)
         elif event == api.Event.STOP_POD_SANDBOX:
-            await self._manager.stop_pod_sandbox(pod)
+            self._manager.stop_pod_sandbox(pod)
         elif event == api.Event.REMOVE_POD_SANDBOX:
-            await self._manager.remove_pod_sandbox(pod)
+            self._manager.remove_pod_sandbox(pod)
         elif event == api.Event.START_CONTAINER:
-            await self._manager.start_container(pod, ctr)
+            self._manager.start_container(pod, ctr)
         else:
-            await self._remove(pod, ctr)
+            self._remove(pod, ctr)
         return b""
-
-    async def _remove(self, pod: Pod, ctr: Container) -> None:
-        updates = await self._manager.remove_container(pod, ctr)
-        if updates:
-            self._defer(updates)
 
 
 _SYNC_MORE = bytes(api.SynchronizeResponse(more=True))
@@ -335,21 +280,12 @@ def _decode(decoder: Callable[[bytes], T], payload: bytes, what: str) -> T:
         raise RpcError(Code.INTERNAL, f"cannot decode {what}: {exc}") from exc
 
 
-async def _no_op(payload: bytes) -> bytes:
+def _no_op(payload: bytes) -> bytes:
     """The post-events carry nothing we act on: their (empty) reply needs no decoding."""
     return b""
 
 
-def _no_op_now(payload: bytes) -> bytes:
-    return b""
-
-
-_POST_EVENTS = (
-    "PostUpdatePodSandbox",
-    "PostCreateContainer",
-    "PostStartContainer",
-    "PostUpdateContainer",
-)
+_NO_OP = Sync(_no_op)
 
 
 def _state_change_event(payload: bytes) -> int:

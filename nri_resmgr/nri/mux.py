@@ -5,18 +5,21 @@ frame payloads into a 4096-byte buffer and fails on larger ones, so we never sen
 4096 payload bytes per frame; incoming frames may be any size up to one whole ttrpc message
 and are reassembled into a plain byte stream per connection.
 
-On a real socket the trunk is written and read straight through its file descriptor (see
-``_FdTrunk``): a reply is one ``write`` that needs no trip through trio's scheduler, and
+The trunk is a unix stream socket, written and read straight through its file descriptor
+(``FdTrunk``): a reply is one ``write`` that needs no trip through trio's scheduler, and
 reading waits for readability first, so a request costs one ``read`` instead of a read and
-a read that fails with EAGAIN. Other streams (trio's in-memory ones in tests) go through
-``send_all``/``receive_some`` as before.
+a read that fails with EAGAIN. It is the one transport: tests run the mux on socket pairs.
+
+A frame, or a ttrpc message inside the frames, that is begun must end within
+``INCOMPLETE_TIMEOUT``: a peer that sends part of one and stalls would otherwise hold the
+channel, unanswered, for as long as it stays connected. Past it the trunk is given up with a
+``ProtocolError`` naming what stalled; the session ends and the service dials again.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-import math
 import os
 import struct
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -41,6 +44,12 @@ _RECV_CHUNK = 65536
 # Reads in a row that found data without waiting, before the read loop yields anyway: a
 # flood of input must not starve the handlers it wakes.
 _READS_BEFORE_YIELD = 16
+INCOMPLETE_TIMEOUT = 5.0
+"""Seconds a begun mux frame or ttrpc message may wait for its rest. A runtime writes each
+frame whole, so its rest follows at once; this is the default registration timeout, longer
+than the default request timeout (2 s), so a request stalled this long was already given
+up by the runtime. Without a bound a stalled peer held the channel as long as it stayed
+connected, answering nothing."""
 
 Rest = Callable[[], Awaitable[None]]
 """What a write that could not finish at once still has to do, to run in a task."""
@@ -87,16 +96,20 @@ class FrameDecoder:
 
 
 class MuxChannel:
-    """One logical connection: a byte stream whose writes are framed onto the trunk."""
+    """One logical connection: writes are framed onto the trunk, and what arrives is
+    handed to one listener (the ttrpc server or client on it) in the trunk reader's task."""
 
     def __init__(self, mux: Mux, conn_id: int) -> None:
         self.conn_id = conn_id
         self._mux = mux
-        # Unbounded on purpose: each consumer reads continuously, and blocking the trunk
-        # reader on one channel could starve the other channel it is waiting on.
-        self._send, self._recv = trio.open_memory_channel[bytes](math.inf)
-        self._listener: Callable[[bytes], None] | None = None
+        self._queued: list[bytes] = []
+        """Payloads that came before ``listen``: the trunk reader starts first."""
+        self._listener: Callable[[bytes], int] | None = None
         self._closed = trio.Event()
+        self.incomplete = 0
+        """Bytes the listener holds of a message not yet whole."""
+        self.incomplete_since: float | None = None
+        """When that message began (``Mux`` bounds how long it may wait); None: none is."""
 
     async def send_all(self, data: bytes) -> None:
         await self._mux.send(self.conn_id, data)
@@ -118,22 +131,14 @@ class MuxChannel:
             return self._mux.send_frames_nowait(frame)
         return self._mux.send_frames_nowait(encode_frames(self.conn_id, header + body))
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        """The next chunk of the stream; ``b""`` once the trunk is closed."""
-        try:
-            return await self._recv.receive()
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            return b""
-
-    def listen(self, on_data: Callable[[bytes], None]) -> None:
-        """From now on call ``on_data`` with each payload, in the trunk reader's task, instead
-        of queueing it for ``receive_some``. Payloads queued before are handed over first."""
-        while True:
-            try:
-                on_data(self._recv.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel):
-                break
+    def listen(self, on_data: Callable[[bytes], int]) -> None:
+        """From now on call ``on_data`` with each payload, in the trunk reader's task.
+        Payloads that came before are handed over first. ``on_data`` returns how many
+        bytes it holds of a message not yet whole."""
         self._listener = on_data
+        queued, self._queued = self._queued, []
+        for payload in queued:
+            self._hand_over(on_data, payload)
 
     async def wait_closed(self) -> None:
         """Return once the trunk is closed (after the last payload was delivered)."""
@@ -143,26 +148,39 @@ class MuxChannel:
         if not payload:
             return
         if self._listener is not None:
-            self._listener(payload)
+            self._hand_over(self._listener, payload)
         else:
-            self._send.send_nowait(payload)
+            self._queued.append(payload)
+
+    def _hand_over(self, on_data: Callable[[bytes], int], payload: bytes) -> None:
+        held = on_data(payload)
+        if not held:
+            self.incomplete_since = None
+        elif self.incomplete_since is None or held < self.incomplete + len(payload):
+            # Held bytes less than before plus these: a message ended, the one held began.
+            self.incomplete_since = trio.current_time()
+        self.incomplete = held
 
     def _close(self) -> None:
-        self._send.close()
         self._closed.set()
 
 
 class Mux:
     """The trunk: one reader task (``run``) feeding channels 1 and 2, and a framed writer."""
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self._stream = stream
-        self._fd = _FdTrunk.of(stream)
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._trunk = FdTrunk(stream)
         self._send_lock = WriteLock()
         self._channels = {
             cid: MuxChannel(self, cid) for cid in (PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN)
         }
+        self._channel_list = tuple(self._channels.values())
         self._decoder = FrameDecoder(self._channels)
+        self._incomplete_timeout = INCOMPLETE_TIMEOUT
+        self._frame_since: float | None = None
+        """When the frame not yet whole began; None: there is none."""
+        self._incomplete_since: float | None = None
+        """When the oldest frame or message not yet whole began; None: there is none."""
 
     def channel(self, conn_id: int) -> MuxChannel:
         return self._channels[conn_id]
@@ -174,16 +192,16 @@ class Mux:
         """Write whole frames; one call per message keeps its frames contiguous and our
         writes un-interleaved."""
         try:
-            if self._fd is not None and not self._send_lock.locked():
+            if not self._send_lock.locked():
                 # Nobody is mid-write: try it at once. Most replies fit the socket buffer,
                 # so this is the whole send, and it does not yield (the handler that called
                 # it is about to end anyway).
-                sent = self._fd.write_nowait(frames)
+                sent = self._trunk.write_nowait(frames)
                 if sent == len(frames):
                     return
                 frames = frames[sent:]
             async with self._send_lock:
-                await self._stream.send_all(frames)
+                await self._trunk.send_all(frames)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise ConnectionLost(f"NRI socket write failed: {exc}") from exc
 
@@ -192,12 +210,12 @@ class Mux:
 
         None: all written. Otherwise the call that sends the rest, to be run in a task; the
         send lock is then already held for it (taken here, so no other write can come in
-        between), or, when someone else is mid-write or there is no fd, it is a plain
-        ``send_frames``. Only a connection that is ending may leave the rest unsent."""
-        if self._fd is None or not self._send_lock.acquire_nowait():
+        between), or, when someone else is mid-write, it is a plain ``send_frames``. Only a
+        connection that is ending may leave the rest unsent."""
+        if not self._send_lock.acquire_nowait():
             return partial(self.send_frames, frames)
         try:
-            sent = self._fd.write_nowait(frames)
+            sent = self._trunk.write_nowait(frames)
         except (trio.ClosedResourceError, OSError) as exc:
             self._send_lock.release()
             raise ConnectionLost(f"NRI socket write failed: {exc}") from exc
@@ -209,7 +227,7 @@ class Mux:
     async def _send_held(self, frames: bytes) -> None:
         """The rest of a ``send_frames_nowait``, whose caller took the send lock for us."""
         try:
-            await self._stream.send_all(frames)
+            await self._trunk.send_all(frames)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise ConnectionLost(f"NRI socket write failed: {exc}") from exc
         finally:
@@ -218,7 +236,7 @@ class Mux:
     async def send_raw(self, data: bytes) -> None:
         """Write bytes to the trunk unframed (test peers use it to send broken frames)."""
         async with self._send_lock:
-            await self._stream.send_all(data)
+            await self._trunk.send_all(data)
 
     async def run(self) -> None:
         """Read the trunk until it closes; raises ``ConnectionLost`` or ``ProtocolError``."""
@@ -230,12 +248,11 @@ class Mux:
 
     async def _read_loop(self) -> None:
         while True:
-            data: bytes | bytearray
             try:
-                if self._fd is not None:
-                    data = await self._fd.read()
+                if self._incomplete_since is None:
+                    data = await self._trunk.receive_some()
                 else:
-                    data = await self._stream.receive_some(_RECV_CHUNK)
+                    data = await self._receive_the_rest()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise ConnectionLost(f"NRI socket read failed: {exc}") from exc
             if not data:
@@ -244,43 +261,83 @@ class Mux:
                 raise ConnectionLost("NRI socket closed by the peer")
             after = afterreply.CURRENT
             if after is None:
-                self._deliver(data)
-                continue
-            after.begin_batch()
-            try:
-                self._deliver(data)
-            finally:
-                after.end_batch()
+                ended = self._deliver(data)
+            else:
+                after.begin_batch()
+                try:
+                    ended = self._deliver(data)
+                finally:
+                    after.end_batch()
+            self._note_incomplete(ended)
 
-    def _deliver(self, data: bytes | bytearray) -> None:
+    def _deliver(self, data: bytes) -> bool:
+        """Hand the frames ``data`` completes to their channels; True if there were any."""
+        ended = False
         for conn_id, payload in self._decoder.feed(data):
+            ended = True
             self._channels[conn_id]._deliver(payload)
+        return ended
+
+    def _note_incomplete(self, frame_ended: bool) -> None:
+        """Start the clock of a frame left unfinished (a frame that ended and another begun
+        restarts it), and note when the oldest unfinished frame or message began."""
+        if not self._decoder.pending():
+            self._frame_since = None
+        elif frame_ended or self._frame_since is None:
+            self._frame_since = trio.current_time()
+        plugin, runtime = self._channel_list
+        if self._frame_since is plugin.incomplete_since is runtime.incomplete_since is None:
+            self._incomplete_since = None  # the common case, checked first
+            return
+        starts = (self._frame_since, plugin.incomplete_since, runtime.incomplete_since)
+        self._incomplete_since = min(t for t in starts if t is not None)
+
+    async def _receive_the_rest(self) -> bytes:
+        """The next bytes, while a begun frame or message waits for them; a
+        ``ProtocolError`` if they do not come within ``INCOMPLETE_TIMEOUT`` of its start."""
+        assert self._incomplete_since is not None
+        with trio.move_on_at(self._incomplete_since + self._incomplete_timeout):
+            return await self._trunk.receive_some()
+        # The bound passed while we waited, or while a long answer kept us from reading:
+        # what has come by now still counts.
+        data = self._trunk.read_nowait()
+        if data is None:
+            raise ProtocolError(self._stalled())
+        return data
+
+    def _stalled(self) -> str:
+        """What stalled, for the log line of the closed connection."""
+        waited = f"nothing more for {self._incomplete_timeout:g} s: closing the connection"
+        if self._frame_since == self._incomplete_since:
+            return f"the NRI peer sent {self._decoder.pending()} bytes of a mux frame and {waited}"
+        chan = next(
+            c for c in self._channels.values() if c.incomplete_since == self._incomplete_since
+        )
+        return (
+            f"the NRI peer sent {chan.incomplete} bytes of a ttrpc message on connection "
+            f"{chan.conn_id} and {waited}"
+        )
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
-            await self._stream.aclose()
+            await self._trunk.aclose()
 
 
-class _FdTrunk:
-    """The trunk socket's file descriptor, read and written without trio's stream wrapper.
+class FdTrunk:
+    """The trunk socket as a byte stream, read and written through its file descriptor.
 
     trio's ``SocketStream.send_all`` always ends in a scheduler trip, and its
     ``receive_some`` tries the read before waiting, which on an idle NRI connection always
-    fails with EAGAIN first. Here a write is tried directly (the caller falls back to
-    ``send_all`` for what did not fit), and a read waits for readability unless the last
-    read found data. The stream still owns the socket: closing it wakes a waiting read
-    with ``ClosedResourceError``.
+    fails with EAGAIN first. Here a write can be tried without yielding (``write_nowait``;
+    ``send_all`` waits for room for the rest), and a read waits for readability unless the
+    last read found data. The stream still owns the socket: closing it (``aclose``) wakes a
+    waiting read or write with ``ClosedResourceError``.
     """
 
-    def __init__(self, sock: trio.socket.SocketType) -> None:
-        self._sock = sock
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._stream = stream
+        self._sock = stream.socket
         self._ready_reads = 0
-
-    @classmethod
-    def of(cls, stream: trio.abc.Stream) -> _FdTrunk | None:
-        if isinstance(stream, trio.SocketStream):
-            return cls(stream.socket)
-        return None
 
     @property
     def _fd(self) -> int:
@@ -290,14 +347,35 @@ class _FdTrunk:
             raise trio.ClosedResourceError("the NRI socket was closed")
         return fd
 
-    def write_nowait(self, data: bytes) -> int:
+    def write_nowait(self, data: bytes | memoryview) -> int:
         """Bytes written at once, 0 if the socket buffer is full."""
         try:
             return os.write(self._fd, data)
         except BlockingIOError:
             return 0
 
-    async def read(self) -> bytes:
+    async def send_all(self, data: bytes) -> None:
+        """Write all of ``data``, waiting for room when the socket buffer is full."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        rest = memoryview(data)
+        waited = False
+        while True:
+            rest = rest[self.write_nowait(rest) :]
+            if not rest:
+                break
+            await trio.lowlevel.wait_writable(self._fd)
+            waited = True
+        if not waited:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def read_nowait(self) -> bytes | None:
+        """The bytes waiting now (``b""`` at the end), None if there are none."""
+        try:
+            return self._read()
+        except BlockingIOError:
+            return None
+
+    async def receive_some(self) -> bytes:
         """The next bytes, ``b""`` at the end; always a checkpoint when there is nothing
         to read yet, and at least every ``_READS_BEFORE_YIELD`` reads."""
         if self._ready_reads >= _READS_BEFORE_YIELD:
@@ -307,14 +385,21 @@ class _FdTrunk:
             if self._ready_reads == 0:
                 await trio.lowlevel.wait_readable(self._fd)
             try:
-                data = os.read(self._fd, _RECV_CHUNK)
+                return self._read()
             except BlockingIOError:
                 self._ready_reads = 0
-                continue
-            except OSError as exc:
-                if exc.errno == errno.EBADF:
-                    raise trio.ClosedResourceError("the NRI socket was closed") from exc
-                raise
-            # A full chunk means more may be waiting: read again before waiting.
-            self._ready_reads = self._ready_reads + 1 if len(data) == _RECV_CHUNK else 0
-            return data
+
+    def _read(self) -> bytes:
+        """One read; ``BlockingIOError`` when nothing is waiting."""
+        try:
+            data = os.read(self._fd, _RECV_CHUNK)
+        except OSError as exc:
+            if exc.errno == errno.EBADF:
+                raise trio.ClosedResourceError("the NRI socket was closed") from exc
+            raise
+        # A full chunk means more may be waiting: read again before waiting.
+        self._ready_reads = self._ready_reads + 1 if len(data) == _RECV_CHUNK else 0
+        return data
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()

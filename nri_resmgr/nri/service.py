@@ -111,7 +111,7 @@ class NriService:
         self._stopping = True
         if self._scope is None:
             return
-        self._scope.cancel()
+        self._scope.cancel(reason="NRI service stopping")
         await self._done.wait()
 
     async def _dial_loop(self) -> None:
@@ -143,7 +143,7 @@ class NriService:
         else:
             log.log(level, "cannot connect to NRI socket %s: %s; retrying", self.socket_path, exc)
 
-    async def _run_session(self, stream: trio.abc.Stream) -> None:
+    async def _run_session(self, stream: trio.SocketStream) -> None:
         session = PluginSession(self._manager, stream, self.identity.name, self.identity.index)
         try:
             await session.run(on_registered=self._registered)

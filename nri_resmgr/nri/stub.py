@@ -13,12 +13,14 @@ from collections.abc import Callable, Sequence
 import trio
 
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
+from nri_resmgr.instrumentation import RequestObserver
 from nri_resmgr.nri import convert
 from nri_resmgr.nri.errors import ConnectionLost, ProtocolError, RpcError
 from nri_resmgr.nri.events import PLUGIN_NRI_VERSION
 from nri_resmgr.nri.handlers import DEFAULT_REGISTRATION_TIMEOUT, PluginHandlers
 from nri_resmgr.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
-from nri_resmgr.nri.ttrpc import TtrpcClient, TtrpcServer
+from nri_resmgr.nri.ttrpc import TtrpcServer
+from nri_resmgr.nri.ttrpc_client import TtrpcClient
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Update
 
@@ -34,7 +36,7 @@ class PluginSession:
     """Lives exactly as long as one connection; ``run`` raises when the connection ends."""
 
     def __init__(
-        self, manager: ResourceManager, stream: trio.abc.Stream, name: str, index: str
+        self, manager: ResourceManager, stream: trio.SocketStream, name: str, index: str
     ) -> None:
         self._manager = manager
         self._mux = Mux(stream)
@@ -44,7 +46,7 @@ class PluginSession:
         self._server = TtrpcServer(
             self._mux.channel(PLUGIN_SERVICE_CONN),
             self.handlers.service(),
-            self.handlers.inline_service(),
+            RequestObserver("nri"),
         )
         self.name = name
         self.index = index

@@ -95,10 +95,6 @@ class RequestTrace(trio.abc.Instrument):
         if self._active:
             self._state[3] = _ns() - self._t0
 
-    def abandon(self) -> None:
-        """The request went to the task path after all: its task records it."""
-        self._active = False
-
     def end(self) -> None:
         if not self._active:
             return

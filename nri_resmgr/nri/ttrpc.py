@@ -1,15 +1,15 @@
-"""A ttrpc server and client for unary calls, on any trio byte stream (here: a mux channel).
+"""A ttrpc server for unary calls, on one logical connection of the NRI mux (the client is
+``ttrpc_client``).
 
-The server dispatches ``Request{service, method}`` to registered handlers, each in its own
-task under the request's deadline; unknown services and methods get UNIMPLEMENTED, as the Go
-server answers them. A method may also have an inline handler: a synchronous one that
-answers in the reader's task, with no task spawned and no trip through the scheduler, when
-it can do so without waiting (it returns None when it would have to wait, and the request
-takes the task path). Inline handling is used only while no handler task is running, so
-requests are still answered in the order the task path would start them.
-
-The client numbers its calls with odd stream ids and matches responses by id, so several
-calls may be in flight at once.
+The server dispatches ``Request{service, method}`` to registered handlers; unknown services
+and methods get UNIMPLEMENTED, as the Go server answers them. A handler is either a
+coroutine function (``RawHandler``), run in its own task under the request's deadline, or a
+``Sync`` one: a synchronous body that never waits once it holds its lock. The server decides
+where a ``Sync`` body runs: in the reader's task, with no task spawned and no trip through
+the scheduler, when its lock is free and no handler task is running (so requests are still
+answered in the order the task path would start them); otherwise in a handler task that
+waits for the lock under the request's deadline. Either way the same body gives the same
+reply.
 """
 
 from __future__ import annotations
@@ -17,37 +17,72 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from functools import partial
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
+import attrs
 import betterproto
 import trio
 
 from nri_resmgr._gen import ttrpc as envelope
 from nri_resmgr.nri import afterreply, framing, tailtrace, wire
-from nri_resmgr.nri.errors import Code, ConnectionLost, ProtocolError, RpcError
+from nri_resmgr.nri.errors import Code, ConnectionLost, RpcError
 from nri_resmgr.nri.ttrpc_codec import (
     MSG_REQUEST,
     MSG_RESPONSE,
-    ByteStream,
+    Channel,
     Message,
-    MessageSink,
-    PushStream,
-    encode_header,
+    Writer,
     push_messages,
-    read_messages,
 )
-from nri_resmgr.nri.writelock import WriteLock
 
 log = logging.getLogger(__name__)
 
 RawHandler = Callable[[bytes], Awaitable[bytes]]
 """Takes the encoded request payload, returns the encoded reply or raises ``RpcError``."""
-InlineHandler = Callable[[bytes], bytes | None]
-"""A RawHandler that cannot block: the reply, or None when it would have to wait."""
+
+
+@attrs.frozen
+class Sync:
+    """A synchronous handler: ``body`` takes the encoded request payload and returns the
+    encoded reply (or raises ``RpcError``) without ever waiting, and runs with ``lock`` held
+    (None: it needs none). The server runs it in place when the lock is free, else in a
+    task that waits for the lock (see the module docstring)."""
+
+    body: Callable[[bytes], bytes]
+    lock: trio.Lock | None = None
+
+    async def call(self, payload: bytes) -> bytes:
+        """The body's reply once the lock is ours (the task path)."""
+        if self.lock is None:
+            return self.body(payload)
+        async with self.lock:
+            return self.body(payload)
+
+
+Handler = RawHandler | Sync
+
+
+class Observer(Protocol):
+    """Told of every request a registered handler answers (the daemon's request metrics)."""
+
+    def start(self) -> float | None:
+        """Called before the handler runs (before any wait for its lock)."""
+
+    def done(self, method: str, started: float | None, ok: bool) -> None:
+        """Called once it has answered (``ok``: without an error), before the reply is
+        written, with what ``start`` returned."""
+
 
 Req = TypeVar("Req", bound=betterproto.Message)
-Rsp = TypeVar("Rsp", bound=betterproto.Message)
+
+
+def parse(request_type: type[Req], payload: bytes) -> Req:
+    """``payload`` decoded as ``request_type``; an undecodable one is an INTERNAL RpcError."""
+    try:
+        framing.check(payload, request_type)  # betterproto accepts truncated fields
+        return request_type().parse(payload)
+    except Exception as exc:
+        raise RpcError(Code.INTERNAL, f"cannot decode {request_type.__name__}: {exc}") from exc
 
 
 def unary(
@@ -56,63 +91,25 @@ def unary(
     """Wrap a typed handler into a raw one that decodes its payload and encodes its reply."""
 
     async def handle(payload: bytes) -> bytes:
-        try:
-            framing.check(payload, request_type)  # betterproto accepts truncated fields
-            request = request_type().parse(payload)
-        except Exception as exc:
-            raise RpcError(Code.INTERNAL, f"cannot decode {request_type.__name__}: {exc}") from exc
-        return bytes(await fn(request))
+        return bytes(await fn(parse(request_type, payload)))
 
     return handle
-
-
-class Writer:
-    """Serialises whole-message writes onto a stream."""
-
-    def __init__(self, stream: ByteStream) -> None:
-        self._stream = stream
-        self._lock = WriteLock()
-        # A sink writes each message whole by itself, so it needs no lock of ours.
-        self._sink = stream if isinstance(stream, MessageSink) else None
-
-    def write_nowait(self, msg: Message) -> Callable[[], Awaitable[None]] | None:
-        """Write from synchronous code: None when written whole at once, else the rest of
-        the write, which the caller must run in a task. Raises ``RpcError`` for a message
-        over the size limit, before anything is written."""
-        if self._sink is None:
-            encode_header(msg)  # the size check, now
-            return partial(self.write, msg)
-        try:
-            return self._sink.send_message_nowait(encode_header(msg), msg.data)
-        except OSError as exc:
-            raise ConnectionLost(f"ttrpc write failed: {exc}") from exc
-
-    async def write(self, msg: Message) -> None:
-        header = encode_header(msg)
-        try:
-            if self._sink is not None:
-                await self._sink.send_message(header, msg.data)
-                return
-            async with self._lock:
-                await self._stream.send_all(header + msg.data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise ConnectionLost(f"ttrpc write failed: {exc}") from exc
 
 
 class TtrpcServer:
     def __init__(
         self,
-        stream: ByteStream,
-        services: Mapping[str, Mapping[str, RawHandler]],
-        inline: Mapping[str, Mapping[str, InlineHandler]] | None = None,
+        channel: Channel,
+        services: Mapping[str, Mapping[str, Handler]],
+        observer: Observer | None = None,
     ) -> None:
-        self._stream = stream
-        self._writer = Writer(stream)
+        self._channel = channel
+        self._writer = Writer(channel)
         self._services = services
-        self._inline = inline or {}
+        self._observer = observer
         self._last_stream_id = 0
         self._tasks = 0
-        """Handler tasks started and not yet finished: inline handling waits for none."""
+        """Handler tasks started and not yet finished: a body runs in place only with none."""
 
     async def serve(self) -> None:
         """Serve until the stream ends (then raise ``ConnectionLost``) or a protocol error."""
@@ -121,12 +118,13 @@ class TtrpcServer:
             def accept(msg: Message) -> None:
                 self._accept(nursery, msg)
 
-            await _each_message(self._stream, accept)
-            nursery.cancel_scope.cancel()
+            await push_messages(self._channel, accept)
+            nursery.cancel_scope.cancel(reason="ttrpc connection closed")
         raise ConnectionLost("ttrpc client closed the connection")
 
     def _accept(self, nursery: trio.Nursery, msg: Message) -> None:
-        """Start a handler task for a request (or its refusal); must not block."""
+        """Answer a request in place, or start a handler task for it (or its refusal);
+        must not block."""
         if msg.msg_type != MSG_REQUEST:
             log.debug("ttrpc server: ignoring message type %#x", msg.msg_type)
             return
@@ -135,38 +133,50 @@ class TtrpcServer:
             nursery.start_soon(self._reply_error, msg.stream_id, Code.INVALID_ARGUMENT, refusal)
             return
         self._last_stream_id = msg.stream_id
-        if self._inline and not self._tasks and self._answered_inline(nursery, msg):
+        if not self._tasks and self._answered_in_place(nursery, msg):
             return
         self._tasks += 1
         nursery.start_soon(self._handle, msg)
 
-    def _answered_inline(self, nursery: trio.Nursery, msg: Message) -> bool:
-        """Answer ``msg`` here and now if its method has an inline handler that need not
-        wait; False leaves it to the task path (which also answers undecodable requests)."""
+    def _answered_in_place(self, nursery: trio.Nursery, msg: Message) -> bool:
+        """Answer ``msg`` here and now if its handler is ``Sync`` and its lock is free;
+        False leaves it to the task path (which also answers undecodable requests)."""
         try:
             service, method, payload, _ = wire.ttrpc_request(msg.data)
         except wire.WireError:
             return False
-        handler = self._inline.get(service, {}).get(method)
-        if handler is None:
+        handler = self._services.get(service, _NO_METHODS).get(method)
+        if not isinstance(handler, Sync):
             return False
+        lock = handler.lock
+        if lock is not None:
+            if lock.locked():
+                return False  # the task path waits its turn
+            # acquire_nowait raises trio.WouldBlock if someone waits (never: it is free).
+            lock.acquire_nowait()
         trace = tailtrace.TRACE
         if trace is not None:
             trace.begin(method, "inline")
-        # The deadline needs no scope: the handler runs to the end without a checkpoint,
-        # as a task-path handler does once it holds the manager lock.
+        observer = self._observer
+        started = None if observer is None else observer.start()
+        ok = False
+        # The deadline needs no scope: the body runs to its end without a checkpoint, as
+        # it does on the task path once it holds the lock.
         try:
-            reply = handler(payload)
-            if reply is None:
-                if trace is not None:
-                    trace.abandon()
-                return False
+            try:
+                reply = handler.body(payload)
+            finally:
+                if lock is not None:
+                    lock.release()
             response = wire.ttrpc_response(reply)
+            ok = True
         except RpcError as exc:
             response = _status(exc.code, exc.message)
         except Exception as exc:
             log.exception("%s/%s failed", service, method)
             response = _status(Code.UNKNOWN, str(exc) or type(exc).__name__)
+        if observer is not None:
+            observer.done(method, started, ok)
         if trace is not None:
             trace.ready()
         try:
@@ -217,29 +227,48 @@ class TtrpcServer:
         self, stream_id: int, service: str, method: str, payload: bytes, timeout_nano: int
     ) -> None:
         handler = self._lookup(service, method)
+        if isinstance(handler, RpcError):
+            await self._reply_error(stream_id, handler.code, handler.message)
+            return
+        observer = self._observer
+        started = None if observer is None else observer.start()
+        ok = False
         try:
-            if isinstance(handler, RpcError):
-                raise handler
+            response = await self._call(handler, service, method, payload, timeout_nano)
+            ok = True
+        except RpcError as exc:
+            response = _status(exc.code, exc.message)
+        finally:
+            if observer is not None:
+                observer.done(method, started, ok)
+        await self._reply_bytes(stream_id, response)
+
+    async def _call(
+        self, handler: Handler, service: str, method: str, payload: bytes, timeout_nano: int
+    ) -> bytes:
+        """The encoded Response of ``handler`` under the caller's deadline; a failure is an
+        ``RpcError``, as the caller is to see it."""
+        try:
             # A bare cancel scope rather than fail_after: same deadline, less per call.
             deadline = trio.current_time() + timeout_nano / 1e9 if timeout_nano > 0 else math.inf
             with trio.CancelScope(deadline=deadline) as scope:
-                reply = await handler(payload)
+                if isinstance(handler, Sync):
+                    reply = await handler.call(payload)
+                else:
+                    reply = await handler(payload)
             if scope.cancelled_caught:
                 raise trio.TooSlowError
-        except RpcError as exc:
-            await self._reply_error(stream_id, exc.code, exc.message)
-            return
+        except RpcError:
+            raise
         except trio.TooSlowError:
             log.warning("%s/%s: handler missed the caller's deadline", service, method)
-            await self._reply_error(stream_id, Code.DEADLINE_EXCEEDED, "deadline exceeded")
-            return
+            raise RpcError(Code.DEADLINE_EXCEEDED, "deadline exceeded") from None
         except Exception as exc:
             log.exception("%s/%s failed", service, method)
-            await self._reply_error(stream_id, Code.UNKNOWN, str(exc) or type(exc).__name__)
-            return
-        await self._reply_bytes(stream_id, wire.ttrpc_response(reply))
+            raise RpcError(Code.UNKNOWN, str(exc) or type(exc).__name__) from exc
+        return wire.ttrpc_response(reply)
 
-    def _lookup(self, service: str, method: str) -> RawHandler | RpcError:
+    def _lookup(self, service: str, method: str) -> Handler | RpcError:
         methods = self._services.get(service)
         if methods is None:
             return RpcError(Code.UNIMPLEMENTED, f"service {service}")
@@ -264,125 +293,9 @@ class TtrpcServer:
             after.after_reply()
 
 
-class _Pending:
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.response: envelope.Response | None = None
-        self.error: Exception | None = None
-
-
-class TtrpcClient:
-    def __init__(self, stream: ByteStream) -> None:
-        self._stream = stream
-        self._writer = Writer(stream)
-        self._next_id = 1
-        self._pending: dict[int, _Pending] = {}
-        self._closed: Exception | None = None
-
-    async def run(self) -> None:
-        """Read responses until the stream ends; then every waiting call fails."""
-        try:
-            await _each_message(self._stream, self._dispatch)
-            raise ConnectionLost("ttrpc server closed the connection")
-        except Exception as exc:
-            self._fail_all(exc)
-            raise
-        finally:
-            self._fail_all(ConnectionLost("ttrpc client stopped"))
-
-    def _dispatch(self, msg: Message) -> None:
-        if msg.msg_type != MSG_RESPONSE:
-            log.debug("ttrpc client: ignoring message type %#x", msg.msg_type)
-            return
-        if msg.stream_id % 2 == 0 or msg.stream_id >= self._next_id:
-            raise ProtocolError(f"ttrpc response for stream {msg.stream_id}, which we never opened")
-        pending = self._pending.pop(msg.stream_id, None)
-        if pending is None:
-            log.debug("ttrpc client: late response on stream %d dropped", msg.stream_id)
-            return
-        try:
-            framing.check(msg.data, envelope.Response)
-            pending.response = envelope.Response().parse(msg.data)
-        except Exception as exc:
-            error = ProtocolError(f"undecodable ttrpc response on stream {msg.stream_id}: {exc}")
-            # Popped above, so _fail_all cannot reach it: fail the waiting call here.
-            pending.error = error
-            pending.done.set()
-            raise error from exc
-        pending.done.set()
-
-    def _fail_all(self, exc: Exception) -> None:
-        if self._closed is None:
-            self._closed = exc
-        for pending in self._pending.values():
-            pending.error = exc
-            pending.done.set()
-        self._pending.clear()
-
-    async def call_raw(
-        self, service: str, method: str, payload: bytes, timeout: float | None
-    ) -> bytes:
-        if self._closed is not None:
-            raise ConnectionLost(f"ttrpc connection is closed ({self._closed})")
-        stream_id = self._next_id
-        self._next_id += 2
-        timeout_nano = 0 if timeout is None else max(1, int(timeout * 1e9))
-        request = envelope.Request(
-            service=service, method=method, payload=payload, timeout_nano=timeout_nano
-        )
-        pending = _Pending()
-        self._pending[stream_id] = pending
-        try:
-            with trio.fail_after(math.inf if timeout is None else timeout):
-                await self._writer.write(Message(stream_id, MSG_REQUEST, bytes(request)))
-                await pending.done.wait()
-        except trio.TooSlowError:
-            raise RpcError(
-                Code.DEADLINE_EXCEEDED, f"{service}/{method}: no answer within {timeout}s"
-            ) from None
-        finally:
-            self._pending.pop(stream_id, None)
-        return _payload_or_raise(pending, service, method)
-
-    async def call(
-        self,
-        service: str,
-        method: str,
-        request: betterproto.Message,
-        response_type: type[Rsp],
-        timeout: float | None,
-    ) -> Rsp:
-        payload = await self.call_raw(service, method, bytes(request), timeout)
-        try:
-            framing.check(payload, response_type)  # betterproto accepts truncated fields
-            return response_type().parse(payload)
-        except Exception as exc:
-            raise ProtocolError(
-                f"{service}/{method}: cannot decode {response_type.__name__}: {exc}"
-            ) from exc
+_NO_METHODS: Mapping[str, Handler] = {}
 
 
 def _status(code: int, message: str) -> bytes:
     """An encoded Response carrying an error status."""
     return bytes(envelope.Response(status=envelope.Status(code=code, message=message)))
-
-
-async def _each_message(stream: ByteStream, on_message: Callable[[Message], None]) -> None:
-    """Every message on ``stream`` to ``on_message`` until a clean end; pushed by the
-    transport when it can (no hop through a reader task), else read here."""
-    if isinstance(stream, PushStream):
-        await push_messages(stream, on_message)
-        return
-    async for msg in read_messages(stream):
-        on_message(msg)
-
-
-def _payload_or_raise(pending: _Pending, service: str, method: str) -> bytes:
-    if pending.error is not None:
-        raise ConnectionLost(f"{service}/{method}: {pending.error}") from pending.error
-    assert pending.response is not None
-    status = pending.response.status
-    if status.code != Code.OK:
-        raise RpcError(status.code, status.message)
-    payload: bytes = pending.response.payload
-    return payload

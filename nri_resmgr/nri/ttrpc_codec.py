@@ -8,13 +8,12 @@ is a protocol error before any of its body is buffered.
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Protocol
 
 import attrs
-import trio
 
-from nri_resmgr.nri.errors import Code, ConnectionLost, ProtocolError, RpcError
+from nri_resmgr.nri.errors import Code, ProtocolError, RpcError
 
 HEADER_LEN = 10
 MAX_MESSAGE_LEN = 4 << 20
@@ -25,21 +24,13 @@ FLAG_REMOTE_CLOSED = 0x01
 FLAG_REMOTE_OPEN = 0x02
 FLAG_NO_DATA = 0x04
 _HEADER = struct.Struct(">IIBB")
-_RECV_CHUNK = 65536
 
 
-class ByteStream(Protocol):
-    """What ttrpc needs from a transport: a trio stream or a mux channel."""
-
-    async def send_all(self, data: bytes) -> None: ...
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray: ...
-
-
-@runtime_checkable
-class MessageSink(Protocol):
-    """A transport that writes a whole message itself (the NRI mux channel): the header and
-    body go out in one write, without first being joined here."""
+class Channel(Protocol):
+    """What ttrpc runs on: one logical connection of the NRI mux (``MuxChannel``). It
+    writes each message whole itself (header and body in one trunk write, nothing of
+    another message in between), and hands over incoming bytes as they arrive, from its
+    own reader task, so that a message skips a queue and a reader task of ours."""
 
     async def send_message(self, header: bytes, body: bytes) -> None: ...
 
@@ -49,13 +40,9 @@ class MessageSink(Protocol):
         """Write it without yielding if it goes out at once (None), else the rest to run
         in a task (see ``Mux.send_frames_nowait``)."""
 
-
-@runtime_checkable
-class PushStream(Protocol):
-    """A transport that hands over incoming bytes as they arrive, from its own reader task
-    (the NRI mux channel), so that a message skips a channel and a reader task of ours."""
-
-    def listen(self, on_data: Callable[[bytes], None]) -> None: ...
+    def listen(self, on_data: Callable[[bytes], int]) -> None:
+        """Hand each payload to ``on_data``, which returns the bytes it holds of a message
+        not yet whole."""
 
     async def wait_closed(self) -> None: ...
 
@@ -84,6 +71,23 @@ def encode_header(msg: Message) -> bytes:
     return _HEADER.pack(len(msg.data), msg.stream_id, msg.msg_type, msg.flags)
 
 
+class Writer:
+    """Writes whole messages to a channel (which keeps each one whole on the trunk); a
+    message over the size limit is refused before anything is written."""
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+
+    def write_nowait(self, msg: Message) -> Callable[[], Awaitable[None]] | None:
+        """Write from synchronous code: None when written whole at once, else the rest of
+        the write, which the caller must run in a task. Raises ``RpcError`` for a message
+        over the size limit, before anything is written."""
+        return self._channel.send_message_nowait(encode_header(msg), msg.data)
+
+    async def write(self, msg: Message) -> None:
+        await self._channel.send_message(encode_header(msg), msg.data)
+
+
 class MessageDecoder:
     """Incremental decoder: feed it bytes as they arrive, get whole messages out."""
 
@@ -110,35 +114,18 @@ class MessageDecoder:
         return len(self._buf)
 
 
-async def read_messages(stream: ByteStream) -> AsyncIterator[Message]:
-    """Every message on ``stream`` until a clean end; a cut-off message is a protocol error."""
-    decoder = MessageDecoder()
-    while True:
-        try:
-            data = await stream.receive_some(_RECV_CHUNK)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise ConnectionLost(f"ttrpc read failed: {exc}") from exc
-        if not data:
-            if decoder.pending():
-                raise ProtocolError(
-                    f"connection closed inside a ttrpc message ({decoder.pending()} bytes)"
-                )
-            return
-        for msg in decoder.feed(data):
-            yield msg
-
-
-async def push_messages(stream: PushStream, on_message: Callable[[Message], None]) -> None:
-    """Call ``on_message`` with every message on ``stream``, as its bytes are delivered,
+async def push_messages(channel: Channel, on_message: Callable[[Message], None]) -> None:
+    """Call ``on_message`` with every message on ``channel``, as its bytes are delivered,
     until a clean end; a cut-off message is a protocol error. ``on_message`` runs in the
     transport's reader task: it must not block."""
     decoder = MessageDecoder()
 
-    def on_data(data: bytes) -> None:
+    def on_data(data: bytes) -> int:
         for msg in decoder.feed(data):
             on_message(msg)
+        return decoder.pending()
 
-    stream.listen(on_data)
-    await stream.wait_closed()
+    channel.listen(on_data)
+    await channel.wait_closed()
     if decoder.pending():
         raise ProtocolError(f"connection closed inside a ttrpc message ({decoder.pending()} bytes)")

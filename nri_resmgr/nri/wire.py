@@ -18,6 +18,7 @@ import functools
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 
+from nri_resmgr.errors import InvalidValue
 from nri_resmgr.resmgr.model import (
     Adjustment,
     Container,
@@ -34,7 +35,7 @@ VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 _STATES = {s.value: s for s in ContainerState}
 
 
-class WireError(ValueError):
+class WireError(InvalidValue):
     """Bytes that are not a valid encoding of the expected message."""
 
 
@@ -300,6 +301,7 @@ def container(buf: bytes) -> Container:
         elif number == 12:
             pid = _int(value, 12) & 0xFFFFFFFF
     res = b"".join(res_parts)
+    claims, keys = claims_from_env(env) if env else ({}, {})
     return Container(
         cid,
         pod_id,
@@ -309,7 +311,8 @@ def container(buf: bytes) -> Container:
         annotations,
         resources(res) if res_parts else None,
         pid,
-        claims_from_env(env) if env else {},
+        claims,
+        keys,
         tuple(cdi_devices),
         _device_nodes(device_bufs, res) if device_bufs else (),
         oom_score_adj,

@@ -1,9 +1,9 @@
 """A write lock that does not yield when nobody holds it.
 
-``trio.Lock`` makes every acquisition a checkpoint, so a reply that passes the ttrpc writer
-lock and the mux send lock pays two extra trips through the scheduler before the socket
-write, which checkpoints anyway. On the CreateContainer path, under load, those trips were
-measurable (``nox -s bench``). This lock only parks when it is held, and hands ownership
+``trio.Lock`` makes every acquisition a checkpoint, so a reply that passes the mux send lock
+(then also a ttrpc writer lock) paid extra trips through the scheduler before the socket
+write. On the CreateContainer path, under load, those trips were measurable
+(``nox -s bench``). This lock only parks when it is held, and hands ownership
 straight to the first waiter on release (first come, first served, as with trio's).
 """
 

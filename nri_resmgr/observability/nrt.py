@@ -3,10 +3,19 @@
 As nri-plugins' agent does (``pkg/agent/node-resource-topology.go``): one cluster-scoped
 object named after the node, attribute ``TopologyPolicy`` = the policy's name, one zone per
 policy zone (topology-aware: every pool; balloons: every balloon) with ``cpu`` and ``memory``
-capacity/allocatable/available. Written when the zones change, at most once per
-``min_interval`` (a burst of container events is one write), never deleted on shutdown
-(upstream leaves it too). Off when ``agent.nodeResourceTopology`` is false. API failures are
-logged and retried with backoff; they never touch the NRI or DRA paths.
+capacity/allocatable/available. Written only when what it says changes (never on a timer),
+at most once per ``min_interval`` (a burst of container events is one write, with the last
+state), never deleted on shutdown (upstream leaves it too). Off when
+``agent.nodeResourceTopology`` is false. API failures are logged and retried with backoff;
+they never touch the NRI or DRA paths.
+
+The top-level attributes also carry the node's configuration report (``set_report``: which
+config CR, generation and outcome; ``nri_resmgr.agent.report``), so a configuration change
+that changes the zones is one write for both.
+
+Each write is one request whether the object exists or not: a server-side apply of the whole
+object (field manager ``nri-resmgr``, forced, so an object another writer left, such as
+nri-plugins' agent, is taken over), not a GET followed by a create or a replace.
 """
 
 from __future__ import annotations
@@ -18,9 +27,10 @@ from typing import Any, Protocol
 import trio
 
 from nri_resmgr.backoff import Backoff
+from nri_resmgr.errors import Recoverable
 from nri_resmgr.instrumentation.exports import TopologyZone
-from nri_resmgr.kube.client import KubeObject
-from nri_resmgr.kube.errors import ApiError, NotFound
+from nri_resmgr.kube.client import KubeObject, PatchType
+from nri_resmgr.kube.errors import ApiError
 from nri_resmgr.kube.resources import ApiResource
 
 log = logging.getLogger(__name__)
@@ -33,12 +43,22 @@ NODE_RESOURCE_TOPOLOGIES = ApiResource(
 DEFAULT_MIN_INTERVAL = 2.0
 """Seconds between writes: the rate limit. Placement changes on every container event, and a
 scheduler reading the object needs seconds-fresh data, not every intermediate state."""
+FIELD_MANAGER = "nri-resmgr"
 
 
 class NrtApi(Protocol):
-    async def get(self, resource: ApiResource, name: str) -> KubeObject: ...
-    async def create(self, resource: ApiResource, obj: KubeObject) -> KubeObject: ...
-    async def replace(self, resource: ApiResource, obj: KubeObject) -> KubeObject: ...
+    async def patch(
+        self,
+        resource: ApiResource,
+        name: str,
+        patch: KubeObject,
+        namespace: str | None = None,
+        *,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool = False,
+    ) -> KubeObject: ...
 
 
 class Source(Protocol):
@@ -51,10 +71,13 @@ class Source(Protocol):
         """agent.nodeResourceTopology of the configuration in force."""
 
 
-def nrt_body(policy: str, zones: Sequence[TopologyZone]) -> KubeObject:
+def nrt_body(
+    policy: str, zones: Sequence[TopologyZone], report: Sequence[tuple[str, str]] = ()
+) -> KubeObject:
     """The object's content (without metadata): what is compared and written."""
+    attributes = [("TopologyPolicy", policy), *report]
     return {
-        "attributes": [{"name": "TopologyPolicy", "value": policy}],
+        "attributes": [{"name": k, "value": v} for k, v in attributes],
         "zones": [_zone(z) for z in zones],
     }
 
@@ -95,32 +118,69 @@ class NrtExporter:
         self.min_interval = min_interval
         self._backoff = backoff or Backoff(initial=1.0, maximum=60.0)
         self._published: KubeObject | None = None
+        self._report: tuple[tuple[str, str], ...] = ()
+        self._reported = trio.Event()
         self._scope: trio.CancelScope | None = None
+        self.failing = False
+        """The last write failed for a reason a retry will not cure (no CRD, no permission)."""
         self.writes = 0
-        """Objects created or replaced so far (for logs and tests)."""
+        """Objects written so far (for logs and tests)."""
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with trio.CancelScope() as self._scope:
             task_status.started()
             while True:
                 await self._publish_until_done()
-                await self._changed()
+                await self._next_change()
                 await trio.sleep(self.min_interval)
+
+    @property
+    def published(self) -> KubeObject | None:
+        """What the last write put into the object (attributes and zones), if any."""
+        return self._published
+
+    def exporting(self) -> bool:
+        """Whether a report given now will be written: the export is on, has zones to
+        write, and its writes go through."""
+        return self._source.enabled() and bool(self._source.zones()[1]) and not self.failing
+
+    def set_report(self, attributes: Sequence[tuple[str, str]]) -> None:
+        """The node's configuration report, written with the next write (soon)."""
+        if tuple(attributes) != self._report:
+            self._report = tuple(attributes)
+            self._reported.set()
+
+    async def _next_change(self) -> None:
+        """Returns when the policy's state or the report changed."""
+        async with trio.open_nursery() as nursery:
+
+            async def first(wait: Callable[[], Any]) -> None:
+                await wait()
+                nursery.cancel_scope.cancel(reason="NRT state or report changed")
+
+            nursery.start_soon(first, self._changed)
+            nursery.start_soon(first, self._reported.wait)
+        if self._reported.is_set():
+            self._reported = trio.Event()
 
     async def stop(self) -> None:
         if self._scope is not None:
-            self._scope.cancel()
+            self._scope.cancel(reason="NRT export stopping")
 
     async def _publish_until_done(self) -> None:
         while True:
             try:
                 await self.publish()
             except ApiError as exc:
-                # A 404 on create: the API has no such resource (the CRD is not installed).
+                # A 404: the API has no such resource (the CRD is not installed).
                 hint = " (is the NodeResourceTopology CRD installed?)" if exc.status == 404 else ""
                 log.warning("NodeResourceTopology %s: %s%s; retrying", self.node_name, exc, hint)
+                # A busy server (429, 5xx, a timeout) will take the write; a missing CRD or
+                # permission will not: only then do reports go elsewhere meanwhile.
+                self.failing = not isinstance(exc, Recoverable)
                 await self._backoff.sleep()
                 continue
+            self.failing = False
             self._backoff.reset()
             return
 
@@ -131,25 +191,18 @@ class NrtExporter:
         policy, zones = self._source.zones()
         if not zones:
             return False
-        body = nrt_body(policy, zones)
+        body = nrt_body(policy, zones, self._report)
         if body == self._published:
             return False
-        try:
-            current = await self._client.get(NODE_RESOURCE_TOPOLOGIES, self.node_name)
-        except NotFound:
-            current = None
         obj: KubeObject = {
             "apiVersion": NODE_RESOURCE_TOPOLOGIES.api_version,
             "kind": NODE_RESOURCE_TOPOLOGIES.kind,
             "metadata": {"name": self.node_name},
             **body,
         }
-        if current is None:
-            await self._client.create(NODE_RESOURCE_TOPOLOGIES, obj)
-        else:
-            version = (current.get("metadata") or {}).get("resourceVersion", "")
-            obj["metadata"]["resourceVersion"] = version
-            await self._client.replace(NODE_RESOURCE_TOPOLOGIES, obj)
+        await self._client.patch(NODE_RESOURCE_TOPOLOGIES, self.node_name, obj,
+                                 patch_type=PatchType.APPLY, field_manager=FIELD_MANAGER,
+                                 force=True)  # fmt: skip
         self._published = body
         self.writes += 1
         log.info("NodeResourceTopology %s: %d zones written", self.node_name, len(zones))

@@ -75,7 +75,7 @@ class HttpService:
 
     async def stop(self) -> None:
         if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
+            self._nursery.cancel_scope.cancel(reason="http endpoint stopping")
 
     # -- reconfiguration ------------------------------------------------------------------
 
@@ -115,7 +115,7 @@ class HttpService:
 
     def _stop_current(self) -> None:
         if self._current is not None:
-            self._current.cancel()
+            self._current.cancel(reason="http endpoint moving or closing")
             self._current = None
         self.bound = None
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from nri_resmgr import log as logconfig
+from nri_resmgr.config import notapplied
 from nri_resmgr.config.models import InstrumentationConfig, PolicySpec
 from nri_resmgr.instrumentation import metrics
 from nri_resmgr.instrumentation.exports import TopologyZone
@@ -29,8 +30,30 @@ METRIC_GROUPS = ("policy",)
 DRA and config instruments are always exported."""
 
 
+NOT_APPLIED = (
+    "spec.instrumentation.samplingRatePerMillion",
+    "spec.instrumentation.tracingCollector",
+    "spec.instrumentation.metricsExporter",
+    "spec.instrumentation.reportPeriod",
+    "spec.instrumentation.logExporter",
+    "spec.instrumentation.logExportPeriod",
+    "spec.instrumentation.metrics.polled",
+    "spec.agent.podResourceAPI",
+    "spec.log.klog.v",
+    "spec.control.rdt",
+    "spec.control.blockio",
+)
+"""The keys of the common sections that every policy accepts and none acts on, each said
+once when set (``declare_not_applied``; ``log.klog.v`` by ``log.configure``). The
+configuration reference (docs/configuration.md) is generated from this and the policies'
+own declarations. ``metricsExporter: prometheus`` is the one value of those that is
+applied (it is what ``prometheusExport`` does)."""
+_CLASS_CONTROLS = ("spec.control.rdt", "spec.control.blockio")
+
+
 def declare_not_applied(spec: PolicySpec) -> None:
     """One warning per key set to something nri-resmgr does not act on."""
+    notapplied.report(spec, _CLASS_CONTROLS)
     i, default = spec.instrumentation, InstrumentationConfig()
     checks = {
         "samplingRatePerMillion": i.sampling_rate_per_million != 0,
@@ -92,8 +115,10 @@ def instrumentation_services(
     kube: KubeClient | None,
     dra: bool,
     generation: Callable[[], int],
+    nrt_interval: float | None = None,
 ) -> list[HttpService | NrtExporter]:
-    """The HTTP service, and with cluster access the NRT exporter; sets up the rest."""
+    """The HTTP service, and with cluster access the NRT exporter (writing at most once per
+    ``nrt_interval`` seconds); sets up the rest."""
     spec = manager.spec
     logconfig.configure(spec.log)
     declare_not_applied(spec)
@@ -115,10 +140,12 @@ def instrumentation_services(
     manager.reconfigure_hooks.append(http.prepare)
     services: list[HttpService | NrtExporter] = [http]
     if kube is not None:
-        from nri_resmgr.observability.nrt import NrtExporter
+        from nri_resmgr.observability.nrt import DEFAULT_MIN_INTERVAL, NrtExporter
 
-        services.append(NrtExporter(kube, node_name, ManagerSource(manager), CHANGES.wait))
+        interval = DEFAULT_MIN_INTERVAL if nrt_interval is None else nrt_interval
+        services.append(NrtExporter(kube, node_name, ManagerSource(manager), CHANGES.wait,
+                                    min_interval=interval))  # fmt: skip
     return services
 
 
-__all__ = ["ManagerSource", "declare_not_applied", "instrumentation_services"]
+__all__ = ["NOT_APPLIED", "ManagerSource", "declare_not_applied", "instrumentation_services"]

@@ -10,8 +10,8 @@ import enum
 import functools
 import logging
 import operator
-from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator, Mapping
+from typing import NamedTuple, Protocol
 
 import attrs
 
@@ -22,16 +22,33 @@ log = logging.getLogger(__name__)
 
 
 class Kind(enum.Enum):
+    """How a grant holds CPUs, and the rules that follow from it, each stated once here."""
+
     SHARED = "shared"
     EXCLUSIVE = "exclusive"
     MIXED = "exclusive+shared"
     RESERVED = "reserved"
     PRESERVE = "preserve"
 
-    @property
-    def takes_load(self) -> bool:
-        """Reserved and preserved containers take nothing from a pool's shared CPUs."""
-        return self not in (Kind.RESERVED, Kind.PRESERVE)
+    takes_load: bool
+    """Whether the grant counts in its pool's load: reserved and preserved ones take nothing
+    from a pool's shared CPUs. (Set once per member below: a plain attribute, read on every
+    grant, where a property would cost a call.)"""
+    uses_shared: bool
+    """Whether the grant runs on its pool's shared CPUs: shared and mixed ones do."""
+
+    def shared_part(self, request: int) -> int:
+        """mCPU of ``request`` a grant of this kind takes from its pool's shared CPUs: all
+        of a shared one, a mixed one's fraction of a CPU (its whole CPUs are exclusive),
+        none of the others."""
+        if self is Kind.SHARED:
+            return request
+        return request % 1000 if self is Kind.MIXED else 0
+
+
+for _kind in Kind:
+    _kind.takes_load = _kind not in (Kind.RESERVED, Kind.PRESERVE)
+    _kind.uses_shared = _kind in (Kind.SHARED, Kind.MIXED)
 
 
 BY_CONTAINER_ID = operator.attrgetter("container_id")
@@ -63,15 +80,12 @@ class Allocation:
     pod: Pod | None = attrs.field(default=None, eq=False, repr=False)
     container: Container | None = attrs.field(default=None, eq=False, repr=False)
     """The pod and container as placed: a reconfiguration re-derives the grant from them, so
-    a policy keeps no pod/container maps of its own (the manager has the one registry)."""
+    a policy keeps no pod/container maps (the runtime is the one record of what runs)."""
 
     @property
     def shared_part(self) -> int:
-        """mCPU this grant takes from its pool's shared CPUs: an exclusive grant takes none
-        (its CPUs left the shared set), a mixed one its fraction."""
-        if self.kind is Kind.EXCLUSIVE:
-            return 0
-        return self.request % 1000 if self.kind is Kind.MIXED else self.request
+        """mCPU this grant takes from its pool's shared CPUs (``Kind.shared_part``)."""
+        return self.kind.shared_part(self.request)
 
     def with_cpusets(self, cpus: CpuSet | None, mems: CpuSet | None) -> Allocation:
         """This grant as the runtime holds it with ``cpus`` and ``mems``: ``attrs.evolve``
@@ -156,6 +170,20 @@ class PoolLoad(NamedTuple):
 _NO_LOAD = PoolLoad()
 
 
+class AllocationView(Protocol):
+    """The read side of an ``AllocationCache``: what the parts of a policy that must not
+    write its grants are given (the owner keeps the cache itself)."""
+
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Allocation]: ...
+    def __contains__(self, container_id: object) -> bool: ...
+    def get(self, container_id: str) -> Allocation | None: ...
+    def loads(self) -> Mapping[str, PoolLoad]: ...
+    def in_pool(self, pool: str) -> list[Allocation]: ...
+    def pool_names(self) -> list[str]: ...
+    def exclusive_cpus(self) -> CpuSet: ...
+
+
 class AllocationCache:
     """Allocations by container, with the per-pool load and the union of exclusive CPUs kept
     up to date on every change: placement reads them on every decision, so they must not
@@ -236,14 +264,13 @@ class AllocationCache:
     def _count(self, a: Allocation, sign: int) -> None:
         # _plus(load, _load_of(a), sign) without the PoolLoad in between (twice per create).
         kind = a.kind
-        if kind is Kind.RESERVED or kind is Kind.PRESERVE:  # not Kind.takes_load
+        if not kind.takes_load:
             return
         old = self._loads.get(a.pool, _NO_LOAD)
-        shared = kind is not Kind.EXCLUSIVE  # SHARED or MIXED
         zero = kind is Kind.SHARED and a.request == 0  # Allocation.zero_request
         self._loads[a.pool] = PoolLoad(
-            old.shared_mcpu + sign * a.shared_part,
-            old.shared_users + sign * shared,
+            old.shared_mcpu + sign * kind.shared_part(a.request),
+            old.shared_users + sign * kind.uses_shared,
             old.containers + sign,
             old.zero_requests + sign * zero,
         )
@@ -267,8 +294,7 @@ class AllocationCache:
 
 def _load_of(a: Allocation) -> PoolLoad:
     """What one load-taking allocation adds to its pool's load."""
-    uses_shared = a.kind is Kind.SHARED or a.kind is Kind.MIXED
-    return PoolLoad(a.shared_part, int(uses_shared), 1, int(a.zero_request))
+    return PoolLoad(a.shared_part, int(a.kind.uses_shared), 1, int(a.zero_request))
 
 
 def _plus(load: PoolLoad, delta: PoolLoad, sign: int = 1) -> PoolLoad:

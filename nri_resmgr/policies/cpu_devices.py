@@ -14,7 +14,7 @@ node, then core, SMT siblings adjacent, so ``count: 2`` lands on one core when i
 from __future__ import annotations
 
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.resmgr.model import AttributeValue, Device
+from nri_resmgr.resmgr.model import GROUP_CAPACITY, AttributeValue, Device
 from nri_resmgr.sysfs import System
 from nri_resmgr.sysfs.caches import has_level, shared_caches
 
@@ -60,3 +60,31 @@ def shared_l3(system: System) -> dict[int, int]:
     if not has_level(system, 3):
         return {}
     return {cpu: min(shared) for cpu, shared in shared_caches(system, 3).items()}
+
+
+def group_devices(system: System, grouped: CpuSet, by: str) -> list[Device]:
+    """One shared device per NUMA node (``by`` ``numanode``) or socket (``socket``) holding
+    CPUs of ``grouped``, named ``numa<N>`` / ``socket<N>``, with capacity ``cpu`` = its CPUs
+    in ``grouped``. Attributes as dra-driver-cpu's grouped devices (``numaNodeID`` or
+    ``socketID``, ``numCPUs``, ``smtEnabled``) plus ours (``numaNode`` and the standard
+    ``resource.kubernetes.io/numaNode`` for a NUMA group)."""
+    smt = any(len(c.threads) > 1 for c in system.cpus.values())
+    groups: dict[int, list[int]] = {}
+    for cpu in sorted(grouped):
+        if cpu in system.cpus:
+            info = system.cpus[cpu]
+            groups.setdefault(info.node if by == "numanode" else info.package, []).append(cpu)
+    devices = []
+    for gid, cpus in sorted(groups.items()):
+        attributes: dict[str, AttributeValue] = {"numCPUs": len(cpus), "smtEnabled": smt}
+        if by == "numanode":
+            attributes |= {"numaNodeID": gid, "numaNode": gid, STANDARD_NUMA: gid,
+                           "socketID": system.cpus[cpus[0]].package}  # fmt: skip
+            name = f"numa{gid}"
+        else:
+            attributes["socketID"] = gid
+            name = f"socket{gid}"
+        devices.append(
+            Device(name, attributes, {GROUP_CAPACITY: len(cpus)}, tuple(cpus), shared=True)
+        )
+    return devices

@@ -1,9 +1,9 @@
 """What every policy that places containers on the hardware shares: the discovered system
 and reading the cpusets the runtime reports.
 
-A policy keeps no pod/container maps: the manager's registry is the one record of what the
-runtime has, and each allocation carries the pod and container it was made for (what a
-reconfiguration re-derives placement from)."""
+A policy keeps no pod/container maps: the runtime is the one record of what runs (told in
+Synchronize and by each event), and each allocation carries the pod and container it was made
+for (what a reconfiguration re-derives placement from)."""
 
 from __future__ import annotations
 

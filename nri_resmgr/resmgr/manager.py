@@ -1,8 +1,10 @@
-"""The resource manager: the one lock, the active policy, and the pod/container cache.
+"""The resource manager: the one lock and the active policy.
 
 Every request that can change placement, from the runtime (NRI) or from kubelet (DRA),
-goes through a method here, and every such method holds ``self.lock`` while the policy
-decides. That single lock is what keeps the two request sources from interleaving.
+goes through a method here, and ``self.lock`` is held while the policy decides: the kubelet
+and configuration methods take it themselves; the NRI event bodies are synchronous and run
+with it held by the NRI server. That single lock is what keeps the two request sources from
+interleaving.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
+import attrs
 import trio
 
 from nri_resmgr.config.models import PolicySpec
@@ -20,7 +23,7 @@ from nri_resmgr.errors import ConfigError
 from nri_resmgr.instrumentation.metrics import CHANGES, count_reload
 from nri_resmgr.resmgr.model import (
     Adjustment,
-    ClaimResult,
+    ClaimGrant,
     Container,
     Device,
     Pod,
@@ -56,16 +59,15 @@ class RuntimeUpdater(Protocol):
 
 
 class ResourceManager:
-    """The one lock, and the one registry of the pods and containers the runtime has
-    (``pods``, ``containers``); policies keep no copy (each allocation carries its own)."""
+    """The one lock and the active policy. It keeps no pod/container registry: the runtime
+    is the record of what runs (Synchronize tells all of it, each event one change), and a
+    policy keeps what it needs of a pod and container with the allocation it made for them."""
 
     def __init__(self, policy: Policy, spec: PolicySpec, env: PolicyEnv) -> None:
         self.lock = trio.Lock()
         self.policy = policy
         self.env = env
         self.spec = spec
-        self.pods: dict[str, Pod] = {}
-        self.containers: dict[str, Container] = {}
         self._runtime: RuntimeUpdater | None = None
         self.reconfigure_hooks: list[ReconfigureHook] = []
         """Asked first on every reconfigure: each may refuse; each is told the outcome."""
@@ -116,89 +118,41 @@ class ResourceManager:
         return failed
 
     # -- NRI requests ---------------------------------------------------------------------
+    # One synchronous body per event, run with ``self.lock`` held by the caller: the NRI
+    # server takes the lock for it (at once when it is free, else in a task that waits its
+    # turn; see ``nri_resmgr.nri.ttrpc.Sync``). A body never waits, so it cannot interleave
+    # with another request once it runs.
 
-    async def synchronize(
-        self, pods: Sequence[Pod], containers: Sequence[Container]
-    ) -> list[Update]:
-        async with self.lock:
-            self.pods = {p.id: p for p in pods}
-            self.containers = {c.id: c for c in containers}
-            return self.policy.synchronize(pods, containers)
+    def synchronize(self, pods: Sequence[Pod], containers: Sequence[Container]) -> list[Update]:
+        return self.policy.synchronize(pods, containers)
 
-    # Each event has a body that runs with the lock held (``*_held``) and an async method
-    # that takes the lock for it. The NRI reader answers an event in place when the lock is
-    # free (``PluginHandlers._when_free`` takes it with ``acquire_nowait``), so most events
-    # never wait on the scheduler.
-
-    async def run_pod_sandbox(self, pod: Pod) -> None:
-        async with self.lock:
-            self.run_pod_sandbox_held(pod)
-
-    def run_pod_sandbox_held(self, pod: Pod) -> None:
-        self.pods[pod.id] = pod
+    def run_pod_sandbox(self, pod: Pod) -> None:
         self.policy.run_pod_sandbox(pod)
 
-    async def update_pod_sandbox(self, pod: Pod) -> None:
-        async with self.lock:
-            self.pods[pod.id] = pod
-            self.policy.update_pod_sandbox(pod)
+    def update_pod_sandbox(self, pod: Pod) -> None:
+        self.policy.update_pod_sandbox(pod)
 
-    async def stop_pod_sandbox(self, pod: Pod) -> None:
-        async with self.lock:
-            self.stop_pod_sandbox_held(pod)
-
-    def stop_pod_sandbox_held(self, pod: Pod) -> None:
+    def stop_pod_sandbox(self, pod: Pod) -> None:
         self.policy.stop_pod_sandbox(pod)
 
-    async def remove_pod_sandbox(self, pod: Pod) -> None:
-        async with self.lock:
-            self.remove_pod_sandbox_held(pod)
-
-    def remove_pod_sandbox_held(self, pod: Pod) -> None:
-        self.pods.pop(pod.id, None)
+    def remove_pod_sandbox(self, pod: Pod) -> None:
         self.policy.remove_pod_sandbox(pod)
 
-    async def create_container(
-        self, pod: Pod, container: Container
-    ) -> tuple[Adjustment, list[Update]]:
-        async with self.lock:
-            return self.create_container_held(pod, container)
-
-    def create_container_held(
-        self, pod: Pod, container: Container
-    ) -> tuple[Adjustment, list[Update]]:
-        self.pods.setdefault(pod.id, pod)
-        self.containers[container.id] = container
+    def create_container(self, pod: Pod, container: Container) -> tuple[Adjustment, list[Update]]:
         return self.policy.create_container(pod, container)
 
-    async def start_container(self, pod: Pod, container: Container) -> None:
-        async with self.lock:
-            self.start_container_held(pod, container)
-
-    def start_container_held(self, pod: Pod, container: Container) -> None:
-        self.containers[container.id] = container
+    def start_container(self, pod: Pod, container: Container) -> None:
         self.policy.start_container(pod, container)
 
-    async def update_container(
+    def update_container(
         self, pod: Pod, container: Container, resources: Resources
     ) -> list[Update]:
-        async with self.lock:
-            self.containers[container.id] = container
-            return self.policy.update_container(pod, container, resources)
+        return self.policy.update_container(pod, container, resources)
 
-    async def stop_container(self, pod: Pod, container: Container) -> list[Update]:
-        async with self.lock:
-            return self.stop_container_held(pod, container)
-
-    def stop_container_held(self, pod: Pod, container: Container) -> list[Update]:
+    def stop_container(self, pod: Pod, container: Container) -> list[Update]:
         return self.policy.stop_container(pod, container)
 
-    async def remove_container(self, pod: Pod, container: Container) -> list[Update]:
-        async with self.lock:
-            return self.remove_container_held(pod, container)
-
-    def remove_container_held(self, pod: Pod, container: Container) -> list[Update]:
-        self.containers.pop(container.id, None)
+    def remove_container(self, pod: Pod, container: Container) -> list[Update]:
         return self.policy.remove_container(pod, container)
 
     # -- kubelet (DRA) requests -----------------------------------------------------------
@@ -207,20 +161,23 @@ class ResourceManager:
         async with self.lock:
             return self.policy.dra_devices()
 
-    async def prepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
-        async with self.lock:
-            return self.policy.prepare_claims(claim_uids)
-
-    async def unprepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
-        async with self.lock:
-            return self.policy.unprepare_claims(claim_uids)
-
-    async def claim_cpus(self, claim_uid: str, cpus: CpuSet) -> None:
-        """Give ``cpus`` to a DRA claim (``Policy.claim_cpus``; ClaimError leaves all as it
+    async def claim_cpus(self, claim: ClaimGrant) -> None:
+        """Give a DRA claim its CPUs (``Policy.claim_cpus``; ClaimError leaves all as it
         was) and move the containers that must leave them (UpdateContainers)."""
         async with self.lock:
-            updates = self.policy.claim_cpus(claim_uid, cpus)
+            updates = self.policy.claim_cpus(claim)
         await self.send_updates(updates)
+
+    async def claim_picked(
+        self, claim: ClaimGrant, asks: Sequence[tuple[CpuSet, int]]
+    ) -> ClaimGrant:
+        """A grouped claim: the policy picks its CPUs (``Policy.pick_claim_cpus``) and claims
+        them under one hold of the lock, so no other request takes them in between."""
+        async with self.lock:
+            grant = attrs.evolve(claim, cpus=self.policy.pick_claim_cpus(asks))
+            updates = self.policy.claim_cpus(grant)
+        await self.send_updates(updates)
+        return grant
 
     async def release_claim(self, claim_uid: str) -> None:
         async with self.lock:

@@ -7,10 +7,13 @@ policies (and their tests) stay free of transport details.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterable, Mapping
 from enum import Enum
 
 import attrs
+
+from nri_resmgr.cpuset import CpuSet
 
 
 class ContainerState(Enum):
@@ -85,6 +88,9 @@ class Container:
     claims: Mapping[str, str] = attrs.field(factory=dict)
     """DRA claim UID -> the cpuset string its CDI env edit carries (``claim_env_name``), as
     found in the container's environment. Untrusted: the pod spec can set any env too."""
+    claim_keys: Mapping[str, str] = attrs.field(factory=dict)
+    """DRA claim UID -> the claim's key (``claim_key_name``) found in the environment: the
+    proof that the claim's CDI spec, not the pod spec, set the claim's variables."""
     cdi_devices: tuple[str, ...] = ()
     """Fully qualified CDI device names the runtime injected (containerd >= 2.3 only)."""
     devices: tuple[DeviceNode, ...] = ()
@@ -147,10 +153,19 @@ class Device:
     """Capacity name -> an integer quantity (published as a Kubernetes quantity string)."""
     cpus: tuple[int, ...] = ()
     """The host CPUs this device stands for; never published, read by Prepare."""
+    shared: bool = False
+    """Several claims share the device, each consuming part of its ``cpu`` capacity: Prepare
+    picks that many of ``cpus`` (a grouped device); else a claim gets all of ``cpus``."""
 
+
+GROUP_CAPACITY = "cpu"
+"""The capacity a grouped (shared) device offers and claims consume: CPUs (dra-driver-cpu's
+name)."""
 
 CLAIM_ENV_PREFIX = "NRI_DRA_CPUS_"
 """The env var a prepared claim's CDI spec injects: ``NRI_DRA_CPUS_<uid, - as _>=<cpuset>``."""
+CLAIM_KEY_PREFIX = "NRI_DRA_KEY_"
+"""The env var carrying the claim's key: ``NRI_DRA_KEY_<uid, - as _>=<key>``."""
 
 
 def claim_env_name(claim_uid: str) -> str:
@@ -158,22 +173,70 @@ def claim_env_name(claim_uid: str) -> str:
     return CLAIM_ENV_PREFIX + claim_uid.replace("-", "_")
 
 
-def claims_from_env(env: Iterable[str]) -> dict[str, str]:
-    """Claim UID -> value of every claim env var in ``env`` (``KEY=VALUE`` strings)."""
-    found: dict[str, str] = {}
+def claim_key_name(claim_uid: str) -> str:
+    return CLAIM_KEY_PREFIX + claim_uid.replace("-", "_")
+
+
+def claims_from_env(env: Iterable[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(claim UID -> cpus, claim UID -> key) of the claim env vars in ``env`` (``KEY=VALUE``
+    strings)."""
+    cpus: dict[str, str] = {}
+    keys: dict[str, str] = {}
     for entry in env:
-        if entry.startswith(CLAIM_ENV_PREFIX):
-            key, _, value = entry.partition("=")
-            uid = key[len(CLAIM_ENV_PREFIX) :].replace("_", "-")
-            if uid:
-                found[uid] = value
-    return found
+        if not entry.startswith("NRI_DRA_"):
+            continue
+        name, _, value = entry.partition("=")
+        for prefix, found in ((CLAIM_ENV_PREFIX, cpus), (CLAIM_KEY_PREFIX, keys)):
+            if name.startswith(prefix) and len(name) > len(prefix):
+                found[name[len(prefix) :].replace("_", "-")] = value
+    return cpus, keys
 
 
 @attrs.frozen
-class ClaimResult:
-    """The policy's answer for one prepared resource claim."""
+class ClaimGrant:
+    """A prepared DRA claim as a policy holds it: its CPUs, and what proves that a container
+    is the claim's (``claim_refusal``). The pod spec can set any env var, so the claim's
+    variables alone prove nothing."""
 
-    claim_uid: str
-    devices: tuple[str, ...] = ()
-    error: str | None = None
+    uid: str
+    namespace: str
+    cpus: CpuSet
+    key: str = attrs.field(repr=False)
+    """A random value only the claim's CDI spec carries (not derived from UID or CPUs)."""
+    cdi_device: str
+    """The claim's fully qualified CDI device, as a runtime that reports CDI devices lists it."""
+    grouped: bool = False
+    """Allocated from grouped devices (consumable capacity): its CPUs come from the CPUs set
+    apart for grouped claims, which per-CPU claims never touch."""
+
+
+def claim_refusal(pod: Pod, container: Container, grant: ClaimGrant) -> str | None:
+    """Why ``container`` of ``pod`` is not ``grant``'s claim's, or None when it is.
+
+    The runtime's word first: a runtime that reports the container's CDI devices (containerd
+    >= 2.3) must list the claim's. One that reports none (older runtimes) leaves the claim's
+    key, which only the CDI spec injects. Either way the pod must be in the claim's namespace
+    (kubelet gives a claim only to pods of its namespace) and the variable must name the
+    claim's CPUs.
+    """
+    value = container.claims.get(grant.uid, "")
+    if not _names_cpus(value, grant.cpus):
+        return f"its variable says cpus {value!r}, the claim holds {grant.cpus}"
+    if pod.namespace != grant.namespace:
+        return f"the pod is in namespace {pod.namespace!r}, the claim in {grant.namespace!r}"
+    if container.cdi_devices:
+        if grant.cdi_device in container.cdi_devices:
+            return None
+        return f"the runtime did not inject the claim's CDI device {grant.cdi_device}"
+    if not hmac.compare_digest(container.claim_keys.get(grant.uid, ""), grant.key):
+        return (
+            "its claim key is missing or wrong (the variables were not set by the claim's CDI spec)"
+        )
+    return None
+
+
+def _names_cpus(text: str, cpus: CpuSet) -> bool:
+    try:
+        return CpuSet.parse(text) == cpus
+    except ValueError:
+        return False

@@ -19,7 +19,7 @@ from nri_resmgr.errors import ResmgrError
 from nri_resmgr.instrumentation.exports import PolicyGauge, TopologyZone
 from nri_resmgr.resmgr.model import (
     Adjustment,
-    ClaimResult,
+    ClaimGrant,
     Container,
     Device,
     Pod,
@@ -85,15 +85,17 @@ class Policy(Protocol):
     def dra_devices(self) -> list[Device]:
         """The devices this policy offers through DRA (published in the ResourceSlice)."""
 
-    def prepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]: ...
-    def unprepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]: ...
-
-    def claim_cpus(self, claim_uid: str, cpus: CpuSet) -> list[Update]:
-        """Give ``cpus`` to a prepared DRA claim, exclusively: they leave every shared pool
-        and only containers bound to the claim (``Container.claims``) run on them. Returns
-        the updates for the containers that move off them (or onto them, for containers of
-        the claim that already run). Idempotent for the same UID and CPUs. Raises
+    def claim_cpus(self, claim: ClaimGrant) -> list[Update]:
+        """Give ``claim.cpus`` to a prepared DRA claim, exclusively: they leave every shared
+        pool and only containers proven to be the claim's (``model.claim_refusal``) run on
+        them. Returns the updates for the containers that move off them (or onto them, for
+        containers of the claim that already run). Idempotent for the same grant. Raises
         ``ClaimError`` (nothing changed) for CPUs the policy does not offer or that are taken."""
+
+    def pick_claim_cpus(self, asks: Sequence[tuple[CpuSet, int]]) -> CpuSet:
+        """CPUs for a claim allocated from grouped devices: for each (group CPUs, count)
+        ``count`` free CPUs of the group, chosen as exclusive grants are. Changes nothing;
+        raises ``ClaimError`` when a group has fewer free."""
 
     def release_claim(self, claim_uid: str) -> list[Update]:
         """Return a claim's CPUs to the shared pools; unknown UIDs are no-ops."""
@@ -157,15 +159,13 @@ class PolicyBase:
     def dra_devices(self) -> list[Device]:
         return []
 
-    def prepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
-        # No devices are offered, so every claim is answered with an empty result.
-        return [ClaimResult(claim_uid=uid) for uid in claim_uids]
+    def claim_cpus(self, claim: ClaimGrant) -> list[Update]:
+        raise ClaimError(
+            f"policy {self.name} offers no CPU devices; cannot claim cpus {claim.cpus}"
+        )
 
-    def unprepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
-        return [ClaimResult(claim_uid=uid) for uid in claim_uids]
-
-    def claim_cpus(self, claim_uid: str, cpus: CpuSet) -> list[Update]:
-        raise ClaimError(f"policy {self.name} offers no CPU devices; cannot claim cpus {cpus}")
+    def pick_claim_cpus(self, asks: Sequence[tuple[CpuSet, int]]) -> CpuSet:
+        raise ClaimError(f"policy {self.name} offers no grouped CPU devices")
 
     def release_claim(self, claim_uid: str) -> list[Update]:
         return []

@@ -17,7 +17,7 @@ from typing import Any
 import trio
 
 from nri_resmgr.config import PolicyDocument, load_document
-from nri_resmgr.config.loader import parse_yaml
+from nri_resmgr.config.documents import parse_yaml
 from nri_resmgr.config.models import GROUP_VERSION, SPEC_BY_POLICY
 from nri_resmgr.errors import ConfigError, ResmgrError
 from nri_resmgr.sim.bounds import check_yaml
@@ -28,7 +28,6 @@ from nri_resmgr.sim.report import render_json, render_table
 from nri_resmgr.sim.runner import simulate
 from nri_resmgr.sim.snapshot import take_snapshot
 from nri_resmgr.sim.workload import WorkloadError, parse_workload
-from nri_resmgr.sysfs import SysfsError
 
 __all__ = ["load_config", "main", "snapshot_main"]
 
@@ -134,7 +133,7 @@ def main(argv: Sequence[str]) -> int:
         for line in exc.errors:
             print(f"nri-resmgr simulate: configuration error: {line}", file=sys.stderr)
         return EXIT_USAGE
-    except (ResmgrError, SysfsError) as exc:
+    except ResmgrError as exc:
         print(f"nri-resmgr simulate: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return EXIT_CLEAN if result.clean else EXIT_FAILURES

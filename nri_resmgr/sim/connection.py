@@ -17,6 +17,7 @@ import betterproto
 import trio
 
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
+from nri_resmgr.errors import ResmgrError
 from nri_resmgr.nri.errors import Code, ConnectionLost, ProtocolError, RpcError
 from nri_resmgr.nri.events import (
     STATE_CHANGE_EVENTS,
@@ -31,7 +32,8 @@ from nri_resmgr.nri.events import (
 from nri_resmgr.nri.handlers import PLUGIN_SERVICE
 from nri_resmgr.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from nri_resmgr.nri.stub import RUNTIME_SERVICE
-from nri_resmgr.nri.ttrpc import TtrpcClient, TtrpcServer, unary
+from nri_resmgr.nri.ttrpc import TtrpcServer, unary
+from nri_resmgr.nri.ttrpc_client import TtrpcClient
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ class SimConfig:
         return parse_version(self.nri_version) or (0, 0, 0)
 
 
-class PluginRejected(Exception):
+class PluginRejected(ResmgrError):
     """The runtime side refused the plugin during its handshake."""
 
 
@@ -66,7 +68,7 @@ UpdateSink = Callable[[list[api.ContainerUpdate]], list[api.ContainerUpdate]]
 
 
 class SimPlugin:
-    def __init__(self, stream: trio.abc.Stream, config: SimConfig, on_update: UpdateSink) -> None:
+    def __init__(self, stream: trio.SocketStream, config: SimConfig, on_update: UpdateSink) -> None:
         self.config = config
         self._mux = Mux(stream)
         self._on_update = on_update
@@ -110,7 +112,7 @@ class SimPlugin:
             await self._mux.aclose()
 
     def close(self) -> None:
-        self._scope.cancel()
+        self._scope.cancel(reason="simulated runtime closed the plugin")
 
     async def send_raw(self, data: bytes) -> None:
         """Write raw bytes on the trunk (to test the plugin against broken input)."""

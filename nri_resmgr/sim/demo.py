@@ -43,7 +43,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def spec_for(policy_name: str) -> PolicySpec:
     if policy_name == "template":
-        return TemplateSpec(reserved_resources=Constraints(cpu="750m"))
+        return TemplateSpec(reserved_resources=Constraints.of(cpu="750m"))
     return demo_spec(policy_name)
 
 

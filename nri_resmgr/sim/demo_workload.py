@@ -45,13 +45,13 @@ class Row:
 def demo_spec(policy_name: str) -> TopologyAwareSpec | BalloonsSpec:
     if policy_name == "balloons":
         return BalloonsSpec(
-            reserved_resources=Constraints(cpu="750m"),
+            reserved_resources=Constraints.of(cpu="750m"),
             balloon_types=(
                 BalloonType(name="dedicated", namespaces=("default",), prefer_new_balloons=True),
             ),
         )
     if policy_name == "topology-aware":
-        return TopologyAwareSpec(reserved_resources=Constraints(cpu="750m"))
+        return TopologyAwareSpec(reserved_resources=Constraints.of(cpu="750m"))
     raise ValueError(f"no demo for policy {policy_name!r} (topology-aware, balloons)")
 
 

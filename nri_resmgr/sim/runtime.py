@@ -77,7 +77,7 @@ class Simulator:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sim._accept_loop, nursery)
                 yield sim
-                nursery.cancel_scope.cancel()
+                nursery.cancel_scope.cancel(reason="simulated runtime closing")
         finally:
             with trio.CancelScope(shield=True):
                 await listener.aclose()

@@ -24,7 +24,7 @@ import attrs
 import yaml
 
 from nri_resmgr.config import PolicyDocument, load_document
-from nri_resmgr.config.loader import parse_yaml
+from nri_resmgr.config.documents import parse_yaml
 from nri_resmgr.config.models import GROUP_VERSION
 from nri_resmgr.errors import ConfigError, ResmgrError
 from nri_resmgr.quantity import QuantityError, cpu_milli, memory_bytes
@@ -142,7 +142,7 @@ class Workload:
     """Things accepted but worth saying (resources the simulation does not carry)."""
 
 
-class _Invalid(Exception):
+class _Invalid(ResmgrError):
     """One unusable field: the path and what is wrong with it."""
 
     def __init__(self, path: str, message: str) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import attrs
 
 from nri_resmgr.cpuset import CpuSet, CpuSetError
+from nri_resmgr.errors import Fatal, InvalidValue
 from nri_resmgr.sysfs.cpudetails import CpuDetails, read_details
 from nri_resmgr.sysfs.files import read_attr
 
@@ -22,8 +23,9 @@ log = logging.getLogger(__name__)
 _MEMTOTAL = re.compile(r"MemTotal:\s+(\d+)\s*kB")
 
 
-class SysfsError(RuntimeError):
-    """sysfs is missing or unreadable where the topology must come from."""
+class SysfsError(Fatal):
+    """sysfs is missing or unreadable where the topology must come from: the daemon cannot
+    place anything without it (exit 1, one line naming the path)."""
 
 
 @attrs.frozen
@@ -45,12 +47,12 @@ class MemoryType(enum.Flag):
 
     @classmethod
     def parse(cls, text: str) -> MemoryType:
-        """``dram,pmem`` (any case) as a mask; ValueError naming an unknown word."""
+        """``dram,pmem`` (any case) as a mask; InvalidValue naming an unknown word."""
         mask = cls(0)
         for word in text.split(","):
             name = word.strip().upper()
             if name not in cls.__members__:
-                raise ValueError(f"unknown memory type {word.strip()!r} (dram, pmem or hbm)")
+                raise InvalidValue(f"unknown memory type {word.strip()!r} (dram, pmem or hbm)")
             mask |= cls[name]
         return mask
 

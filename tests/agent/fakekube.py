@@ -1,8 +1,10 @@
 """A tiny stateful API server for fast agent tests, on top of tests/kube/fakeserver.py.
 
 It keeps Nodes and config CRs in memory with one resourceVersion counter and an event
-history, and answers what the agent sends: lists and watches filtered by
-``metadata.name``, and merge patches on the status subresource. Tests change objects
+history, and answers what the agent sends: lists and watches of a collection or filtered by
+``metadata.name``, watches that start with the current state (``sendInitialEvents``, ended
+by the annotated bookmark), merge patches on the status subresource and Event creates
+(kept in ``events``). Tests change objects
 directly (``put``/``delete``) and can make requests fail (``fail_status``, ``forbid``).
 """
 
@@ -15,6 +17,7 @@ from typing import Any
 import attrs
 import trio
 
+from nri_resmgr.kube.watch import INITIAL_EVENTS_END
 from tests.kube.fakeserver import Reply, Request, event_line, status_reply
 
 Obj = dict[str, Any]
@@ -43,6 +46,9 @@ class FakeKube:
     status_patches: list[tuple[str, Obj]] = attrs.field(factory=list)
     fail_status: int = 0  # the next N status patches answer 500
     forbidden: set[str] = attrs.field(factory=set)  # collections whose requests answer 403
+    events: list[Obj] = attrs.field(factory=list)  # Events created
+    max_status_entries: int | None = None  # the CRD's maxProperties of status.nodes
+    watch_requests: list[dict[str, str]] = attrs.field(factory=list)
     _changed: trio.Event = attrs.field(factory=trio.Event)
 
     # -- the test's side ----------------------------------------------------------------------
@@ -88,12 +94,18 @@ class FakeKube:
             return status_reply(403, "Forbidden", f"{collection} is forbidden")
         if req.method == "PATCH" and sub == "status":
             return self._patch_status(collection, name, req.json())
+        if req.method == "POST" and collection.endswith("/events"):
+            self.events.append(req.json())
+            return Reply(201, req.json())
         if req.method == "GET" and not name:
             wanted = _name_selector(req.query.get("fieldSelector", ""))
             if req.query.get("watch") == "true":
+                self.watch_requests.append({"collection": collection, **req.query})
+                if req.query.get("sendInitialEvents") == "true":
+                    return Reply(stream=self._initial_then_stream(collection, wanted))
                 start = int(req.query.get("resourceVersion") or self.rv)
                 return Reply(stream=self._stream(collection, wanted, start))
-            items = [o for (c, n), o in self.objects.items() if c == collection and n == wanted]
+            items = self._matching(collection, wanted)
             return Reply(body={"metadata": {"resourceVersion": str(self.rv)}, "items": items})
         return status_reply(405, "MethodNotAllowed", f"{req.method} {req.path}")
 
@@ -107,14 +119,34 @@ class FakeKube:
             return status_reply(404, "NotFound", f"{name} not found")
         updated = copy.deepcopy(obj)
         updated["status"] = merge_patch(obj.get("status"), patch.get("status"))
+        entries = len((updated["status"] or {}).get("nodes") or {})
+        if self.max_status_entries is not None and entries > self.max_status_entries:
+            return status_reply(
+                422,
+                "Invalid",
+                f"{name} is invalid: status.nodes: Too many: "
+                f"{entries}: must have at most {self.max_status_entries} items",
+            )
         self._store(collection, updated, "MODIFIED")
         return Reply(body=updated)
+
+    def _matching(self, collection: str, name: str) -> list[Obj]:
+        return [o for (c, n), o in self.objects.items() if c == collection and name in ("", n)]
+
+    async def _initial_then_stream(self, collection: str, name: str) -> AsyncIterator[bytes]:
+        start = self.rv
+        for obj in self._matching(collection, name):
+            yield event_line("ADDED", obj)
+        meta = {"resourceVersion": str(start), "annotations": {INITIAL_EVENTS_END: "true"}}
+        yield event_line("BOOKMARK", {"metadata": meta})
+        async for line in self._stream(collection, name, start):
+            yield line
 
     async def _stream(self, collection: str, name: str, start: int) -> AsyncIterator[bytes]:
         seen = start
         while True:
             for rv, kind, coll, obj in self.history:
-                if rv > seen and coll == collection and obj["metadata"]["name"] == name:
+                if rv > seen and coll == collection and name in ("", obj["metadata"]["name"]):
                     yield obj["raw"] if kind == "RAW" else event_line(kind, obj)
             seen = self.rv
             changed = self._changed

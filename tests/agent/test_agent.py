@@ -38,9 +38,11 @@ def node(**labels: str) -> dict[str, Any]:
 
 
 def new_agent(client: KubeClient) -> ConfigAgent:
-    return ConfigAgent(client, namespace=NS, node_name=NODE, policy_name="template",
-                       backoff=lambda: Backoff(initial=0.01, maximum=0.05),
-                       final_write_timeout=5)  # fmt: skip
+    agent = ConfigAgent(client, namespace=NS, node_name=NODE, policy_name="template",
+                        backoff=lambda: Backoff(initial=0.01, maximum=0.05),
+                        final_write_timeout=5)  # fmt: skip
+    agent.status.place_spread = 0  # no wait before a new status entry (test_status_room.py)
+    return agent
 
 
 def build(doc: PolicyDocument) -> ResourceManager:
@@ -62,7 +64,8 @@ async def start(nursery: trio.Nursery, agent: ConfigAgent) -> ResourceManager:
 
 
 def cpu(manager: ResourceManager) -> str | None:
-    return manager.spec.reserved_resources.cpu
+    value = manager.spec.reserved_resources.cpu
+    return None if value is None else value.text
 
 
 def entry_status(kube: FakeKube, name: str) -> tuple[str, int] | None:

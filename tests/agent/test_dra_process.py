@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from nri_resmgr.dra.publisher import resource_slices
+from nri_resmgr.dra.kubeletplugin.publisher import resource_slices
 from nri_resmgr.kube import KubeClient
 from nri_resmgr.kube.resources import NODES, TEMPLATE_POLICIES
 from tests.agent.test_agent_integration import cr

@@ -18,7 +18,7 @@ from tests.bench.gopeer import ensure_go_topology_aware
 from tests.bench.nri_phases import LatencyPlan, latency_phase, sync_phase
 from tests.conformance.build import GOPLUGIN, HARNESS_V012, BuildError, ensure_binary
 
-PARTS = ("nri", "containerd", "sync", "policy", "dra", "dra-chain", "profile")
+PARTS = ("nri", "containerd", "sync", "policy", "dra", "dra-chain", "dra-grouped", "profile")
 SYNC_CONTAINERS = 1000
 
 
@@ -80,6 +80,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             results["dra"] = await extras.dra_prepare(200 if args.quick else 2000)
         if "dra-chain" not in args.skip:
             results["dra_chain"] = await extras.dra_chain(5 if args.quick else 20)
+        if "dra-grouped" not in args.skip:
+            results["dra_grouped"] = await extras.dra_grouped(3 if args.quick else 20)
         if "profile" not in args.skip:
             try:
                 results["profile"] = await extras.profile_create(

@@ -54,9 +54,18 @@ def policy_decisions(
 
 async def dra_chain(n: int) -> dict[str, Any]:
     """tests.bench_dra_chain: real scheduler allocation and slice wipe repair."""
+    return await _bench_module("tests.bench_dra_chain", "bench_chain", n)
+
+
+async def dra_grouped(n: int) -> dict[str, Any]:
+    """tests.bench_dra_grouped: grouped devices, real kube-scheduler 1.37, n4c128 and s8c4k."""
+    return await _bench_module("tests.bench_dra_grouped", "bench_grouped", n)
+
+
+async def _bench_module(module: str, function: str, n: int) -> dict[str, Any]:
     try:
-        module = importlib.import_module("tests.bench_dra_chain")
-        result: dict[str, Any] = await module.bench_chain(n)
+        run = getattr(importlib.import_module(module), function)
+        result: dict[str, Any] = await run(n)
     except Exception as exc:
         traceback.print_exc()
         result = unavailable(exc)

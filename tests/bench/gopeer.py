@@ -4,17 +4,21 @@ It comes from its published module, github.com/containers/nri-plugins, into the 
 (``${NRI_RESMGR_CACHE:-~/.cache/nri-resmgr}/bin/nri-plugins-topology-aware``). ``go install``
 cannot build it: its go.mod replaces the nested module ``pkg/topology`` with a relative
 directory, which Go ignores outside the main module. So we build from a throwaway main module
-in the cache whose go.mod is the upstream one with that replace pointed somewhere real:
+in the cache whose go.mod is the upstream one with that replace pointed somewhere real.
 
-1. the nested module at the release commit, as a pseudo-version from the module proxy;
-2. failing that (a proxy that serves only tagged releases, or refuses that pseudo-version,
-   as this workplace's did on 2026-12-04), a local copy of ``pkg/topology`` from the same
-   commit in ``$NRI_PLUGINS_TOPOLOGY_SRC`` or ``<cache>/src/nri-plugins-topology@<commit>``
-   (``git archive <commit> pkg/topology``).
+Unlike the allocator (``tests/cpuallocator/gopeer.py``, which does not import it and points
+the replace at a bare module declaration), the plugin imports ``pkg/topology``: device and
+mount topology hints. That module is published nowhere: it is never tagged, no release's
+module zip holds it (a nested module is cut out), and the module proxy refuses its
+pseudo-versions (checked 2026-12-07 for the v0.10.0, v0.10.1 and v0.14.0 release commits).
+So the replace points at ``gotopology/`` beside this file: a stand-in written for this
+project with the same API and the behaviour upstream documents (hints from the sysfs files
+of a device and its parents), copied into the cache and hashed into the build stamp. It is
+the one part of the contender that is not upstream's; the workloads compared here have no
+device whose hints it would give.
 
-``release_module`` writes that main module's go.mod and go.sum for any target; goalloc
-(``tests/cpuallocator/gopeer.py``) uses it with a target of its own. Nothing of it lands in
-the repository.
+``release_module`` writes that main module's go.mod and go.sum for any target; goalloc uses
+it with a target of its own. Nothing built lands in the repository.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -31,9 +36,8 @@ from tests.conformance.build import BuildError, _run_go, cache_dir, go_tool
 
 MODULE = "github.com/containers/nri-plugins"
 VERSION = "v0.10.1"
-RELEASE_COMMIT = "799d8f2f4ecb"
 TOPOLOGY_MODULE = f"{MODULE}/pkg/topology"
-TOPOLOGY_PSEUDO = f"v0.0.0-20250819055650-{RELEASE_COMMIT}"
+TOPOLOGY_STANDIN = Path(__file__).parent / "gotopology"
 PACKAGE = f"{MODULE}/cmd/plugins/topology-aware"
 BINARY = "nri-plugins-topology-aware"
 
@@ -53,9 +57,10 @@ def ensure_go_topology_aware() -> Path:
         raise
     workdir = cache_dir() / "build" / BINARY
     workdir.mkdir(parents=True, exist_ok=True)
-    gomod = release_module(go, workdir, "bench-peers", _topology_replacement(go, workdir))
+    gomod = release_module(go, workdir, "bench-peers", _topology_replacement(workdir))
     stamp = out.with_name(out.name + ".sha256")
-    digest = hashlib.sha256((_run_go(go, workdir, "version") + gomod).encode()).hexdigest()
+    inputs = _run_go(go, workdir, "version") + gomod + _standin_text()
+    digest = hashlib.sha256(inputs.encode()).hexdigest()
     if out.exists() and stamp.exists() and stamp.read_text().strip() == digest:
         return out
     _build(go, workdir, out)
@@ -80,31 +85,16 @@ def _download(go: str, workdir: Path, spec: str) -> dict[str, str]:
     return info
 
 
-def _topology_replacement(go: str, workdir: Path) -> str:
-    try:
-        _download(go, workdir, f"{TOPOLOGY_MODULE}@{TOPOLOGY_PSEUDO}")
-        return f"{TOPOLOGY_MODULE} {TOPOLOGY_PSEUDO}"
-    except BuildError as exc:
-        local = _local_topology_source()
-        if local is None:
-            raise BuildError(
-                f"{TOPOLOGY_MODULE} at commit {RELEASE_COMMIT} is not on the module proxy "
-                f"({exc}); put `git archive {RELEASE_COMMIT} pkg/topology` of {MODULE} into "
-                f"$NRI_PLUGINS_TOPOLOGY_SRC or {_default_local_source()}"
-            ) from exc
-        return str(local)
+def _topology_replacement(workdir: Path) -> str:
+    """The stand-in for ``pkg/topology``, copied into the build directory."""
+    target = workdir / "topology-standin"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(TOPOLOGY_STANDIN, target)
+    return str(target)
 
 
-def _default_local_source() -> Path:
-    return cache_dir() / "src" / f"nri-plugins-topology@{RELEASE_COMMIT[:8]}"
-
-
-def _local_topology_source() -> Path | None:
-    configured = os.environ.get("NRI_PLUGINS_TOPOLOGY_SRC")
-    for candidate in (Path(configured) if configured else None, _default_local_source()):
-        if candidate is not None and (candidate / "go.mod").exists():
-            return candidate
-    return None
+def _standin_text() -> str:
+    return "".join(p.read_text() for p in sorted(TOPOLOGY_STANDIN.iterdir()) if p.is_file())
 
 
 def _main_module(upstream_gomod: str, name: str, topology_target: str) -> str:

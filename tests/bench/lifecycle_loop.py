@@ -3,9 +3,9 @@ instructions per container lifecycle of ours/topology-aware, in process, under c
 
 Wall clock on a shared 2-CPU machine moves by tens of percent between runs; callgrind's
 instruction counts do not. This drives the daemon's own NRI path without a socket: each
-request is a ttrpc frame handed to ``TtrpcServer._accept`` (envelope decode, the inline
-handler with its metrics wrapper and the manager lock, the policy, the reply encode, the
-write to a sink that keeps nothing), bracketed as the mux brackets a batch
+request is a ttrpc frame handed to ``TtrpcServer._accept`` (envelope decode, the manager
+lock taken in place, the request observer of the metrics, the handler body and the policy,
+the reply encode, the write to a sink that keeps nothing), bracketed as the mux brackets a batch
 (``AfterReply.begin_batch``/``end_batch``: the deferred log line and a due collection).
 The workload and configuration are the harness bench's (``tests.bench.workload``,
 ``contenders.TOPOLOGY_AWARE_CONFIG``), on this machine's sysfs unless ``--host-root``.
@@ -49,7 +49,8 @@ import trio
 
 from nri_resmgr._gen import ttrpc as envelope
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
-from nri_resmgr.config.loader import load_document, parse_yaml
+from nri_resmgr.config.documents import load_document, parse_yaml
+from nri_resmgr.instrumentation import RequestObserver
 from nri_resmgr.log import FORMAT, AfterReplyHandler
 from nri_resmgr.nri import afterreply, wire
 from nri_resmgr.nri.handlers import PLUGIN_SERVICE, PluginHandlers
@@ -80,7 +81,8 @@ def _measured(body: Callable[[], None]) -> None:
 
 
 class _Sink:
-    """A mux channel that takes every message whole, at once, and keeps nothing."""
+    """A mux channel that takes every message whole, at once, and keeps nothing (the
+    bench hands requests to ``TtrpcServer._accept`` itself: nothing is listened to)."""
 
     def __init__(self) -> None:
         self.written = 0
@@ -91,11 +93,11 @@ class _Sink:
     def send_message_nowait(self, header: bytes, body: bytes) -> None:
         self.written += len(header) + len(body)
 
-    async def send_all(self, data: bytes) -> None:
-        self.written += len(data)
+    def listen(self, on_data: Callable[[bytes], int]) -> None:
+        raise AssertionError("the bench feeds the server itself")
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        return b""
+    async def wait_closed(self) -> None:
+        raise AssertionError("the bench feeds the server itself")
 
 
 class Loop:
@@ -108,7 +110,7 @@ class Loop:
         )
         handlers = PluginHandlers(self.manager, lambda updates: None)
         self.sink = _Sink()
-        self.server = TtrpcServer(self.sink, handlers.service(), handlers.inline_service())
+        self.server = TtrpcServer(self.sink, handlers.service(), RequestObserver("nri"))
         self.nursery = nursery
         self.after = afterreply.install()
         self._stream_id = 1

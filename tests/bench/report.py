@@ -203,6 +203,10 @@ def _extra_rows(r: dict[str, Any]) -> Iterator[str]:
         from tests.bench_dra_chain import rows
 
         yield from rows(r["dra_chain"])
+    if r.get("dra_grouped"):
+        from tests.bench_dra_grouped import rows as grouped_rows
+
+        yield from grouped_rows(r["dra_grouped"])
 
 
 def plot(results: dict[str, Any], out_dir: Path) -> Path | None:

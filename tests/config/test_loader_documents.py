@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 import yaml
 
-from nri_resmgr.config.loader import (
+from nri_resmgr.config.documents import (
+    MAX_YAML_DEPTH,
     dump_document,
     load_document,
     load_file,
     parse_yaml,
-    structure_spec,
 )
+from nri_resmgr.config.loader import structure_spec
 from nri_resmgr.config.models import PolicyDocument, TemplateSpec
 from nri_resmgr.errors import ConfigError
 
@@ -83,7 +84,7 @@ def test_the_metadata_kept_is_the_documents() -> None:
         generation=5,
         resource_version="42",
     )
-    assert d.spec.reserved_resources.cpu == "750m"
+    assert d.spec.reserved_resources.cpu.text == "750m"
 
 
 def test_a_generation_that_is_not_an_integer_counts_as_zero() -> None:
@@ -156,6 +157,23 @@ def test_a_yaml_error_without_a_position_still_says_what_is_wrong() -> None:
         "nul.yaml: invalid YAML: unacceptable character #x0000: special characters are not "
         'allowed\n  in "<unicode string>", position 3'
     ]
+
+
+@pytest.mark.parametrize("block", [False, True])
+def test_yaml_nested_deeper_than_the_bound_is_refused_not_a_recursion_error(block: bool) -> None:
+    def nest(depth: int) -> str:
+        if block:
+            # depth - 2 lists, the innermost item a null: depth - 1 nodes under the root
+            return "a:\n" + "".join("  " * i + "- \n" for i in range(1, depth - 1))
+        return "a: " + "[" * (depth - 1) + "]" * (depth - 1)
+
+    assert parse_yaml(nest(MAX_YAML_DEPTH)) is not None  # the root mapping is one level
+    for depth in (MAX_YAML_DEPTH + 1, 3000):
+        with pytest.raises(ConfigError) as info:
+            parse_yaml(nest(depth), "deep.yaml")
+        [line] = info.value.errors
+        assert line.startswith("deep.yaml: invalid YAML at line ")
+        assert line.endswith(f": nested deeper than {MAX_YAML_DEPTH} levels")
 
 
 def test_only_safe_yaml_is_read() -> None:

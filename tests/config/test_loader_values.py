@@ -11,16 +11,14 @@ from typing import Any, Literal
 
 import pytest
 
-from nri_resmgr.config.loader import (
+from nri_resmgr.config.converter import (
     ValueProblem,
     _is_homogeneous_tuple,
     _literal_hook,
-    _problems,
     converter,
-    parse_yaml,
-    structure_spec,
-    unstructure_spec,
 )
+from nri_resmgr.config.documents import parse_yaml
+from nri_resmgr.config.loader import structure_spec, unstructure_spec
 from nri_resmgr.config.models import (
     BalloonsSpec,
     Constraints,
@@ -28,6 +26,7 @@ from nri_resmgr.config.models import (
     TemplateSpec,
     TopologyAwareSpec,
 )
+from nri_resmgr.config.problems import problems as problem_lines
 from nri_resmgr.errors import ConfigError
 
 RESERVED = "reservedResources: {cpu: 750m}\n"
@@ -212,8 +211,8 @@ def test_constraints_take_quantities_as_strings_or_integers() -> None:
         parse_yaml("reservedResources: {cpu: 2, memory: 1Gi}\navailableResources: {cpu: '4'}"),
         "TemplatePolicy",
     )
-    assert spec.reserved_resources == Constraints(cpu="2", memory="1Gi")
-    assert spec.available_resources == Constraints(cpu="4", memory=None)
+    assert spec.reserved_resources == Constraints.of(cpu="2", memory="1Gi")
+    assert spec.available_resources == Constraints.of(cpu="4", memory=None)
 
 
 def test_every_bad_constraint_is_named() -> None:
@@ -265,5 +264,5 @@ def test_only_tuples_of_one_repeated_type_are_lists() -> None:
 
 
 def test_a_problem_line_is_bounded() -> None:
-    [line] = _problems(ValueError("x" * 400), "spec.a")
+    [line] = problem_lines(ValueError("x" * 400), "spec.a")
     assert line == f"spec.a: {'x' * 300}… (400 characters)"

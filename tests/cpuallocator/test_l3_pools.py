@@ -107,7 +107,7 @@ def test_exclusive_cpus_come_from_one_l3_pool_and_shrink_its_shared_set(tmp_path
     home = next(p for p in engine.pools if exclusive.issubset(p.cpus) and p.level == "l3cache")
     assert len(exclusive) == 4
     assert all(engine.system.cpus[c].threads.issubset(exclusive) for c in exclusive)
-    assert engine.shared_cpus(home.index) == (home.cpus - exclusive - engine.reserved)
+    assert engine.supply.shared_cpus(home.index) == (home.cpus - exclusive - engine.reserved)
 
 
 def _sets(rt: Runtime, containers: list[Container]) -> list[CpuSet]:
@@ -159,3 +159,57 @@ def test_test19_guaranteed_pods_slice_exclusive_cpus_off_l3_pools(tmp_path: Path
     rt.remove(pod61)
     rt.remove(pod62)
     assert [len(s) for s in _sets(rt, [pods[45], pods[50], pods[51]])] == [8, 8, 8]
+
+
+def _write_qemu_amd_caches(root: Path) -> None:
+    """The caches a Linux 6.1 guest shows under qemu's ``-cpu max`` with its default AMD
+    vendor and no ``topoext`` (captured in the n4c16 guest): no SMT, every CPU's L1, L2 and
+    L3 of its own id, the L3 listing the CPU's whole NUMA node."""
+    cpu_dir = root / "sys/devices/system/cpu"
+    for cpu in range(16):
+        node = CpuSet(range(cpu // 4 * 4, cpu // 4 * 4 + 4))
+        levels = [(1, "Data", CpuSet([cpu])), (1, "Instruction", CpuSet([cpu])),
+                  (2, "Unified", CpuSet([cpu])), (3, "Unified", node)]  # fmt: skip
+        for index, (level, kind, shared) in enumerate(levels):
+            d = cpu_dir / f"cpu{cpu}/cache/index{index}"
+            d.mkdir(parents=True)
+            for name, value in (("level", level), ("type", kind), ("id", cpu),
+                                ("size", "512K"), ("shared_cpu_list", shared)):  # fmt: skip
+                (d / name).write_text(f"{value}\n")
+
+
+def test_qemu_amd_caches_of_one_numa_node_each_make_no_pool_of_their_own(tmp_path: Path) -> None:
+    # Four L3 "caches" per NUMA node, all with the node's CPUs: a child pool identical to
+    # its parent (or to a sibling) would split nothing; none is built.
+    write_sysfs(tmp_path, Layout(packages=2, nodes_per_die=2, cores_per_node=4, threads=1))
+    _write_qemu_amd_caches(tmp_path)
+    pools = build_pools(discover(str(tmp_path)))
+    assert [(p.name, str(p.cpus)) for p in pools] == [
+        ("root", "0-15"),
+        ("socket #0", "0-7"),
+        ("NUMA node #0", "0-3"),
+        ("NUMA node #1", "4-7"),
+        ("socket #1", "8-15"),
+        ("NUMA node #2", "8-11"),
+        ("NUMA node #3", "12-15"),
+    ]
+    for p in pools:
+        children = [pools[c].cpus for c in p.children]
+        assert p.cpus not in children and len(set(map(str, children))) == len(children), p.name
+
+
+def test_identical_l3_caches_under_a_socket_count_once(tmp_path: Path) -> None:
+    # One NUMA node per socket, two "caches" per CPU pair but listing the same four CPUs:
+    # two distinct L3 caches remain, so the socket gets two L3 pools, not four.
+    write_sysfs(tmp_path, Layout(packages=1, nodes_per_die=1, cores_per_node=8, threads=1))
+    cpu_dir = tmp_path / "sys/devices/system/cpu"
+    for cpu in range(8):
+        d = cpu_dir / f"cpu{cpu}/cache/index3"
+        d.mkdir(parents=True)
+        shared = "0-3" if cpu < 4 else "4-7"
+        for name, value in (("level", 3), ("type", "Unified"), ("id", cpu // 2),
+                            ("size", "8M"), ("shared_cpu_list", shared)):  # fmt: skip
+            (d / name).write_text(f"{value}\n")
+    pools = build_pools(discover(str(tmp_path)))
+    l3 = [(p.name, str(p.cpus)) for p in pools if p.level == "l3cache"]
+    assert l3 == [("socket #0/L3 cache #0", "0-3"), ("socket #0/L3 cache #2", "4-7")]

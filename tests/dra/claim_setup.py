@@ -1,24 +1,29 @@
 """A node for claim tests: topology-aware on the synthetic n4c16 machine, the resource manager
-with a runtime that applies its updates, and a ClaimPreparer against an in-process claim
-store (the fast stand-in for the API server; the real one is in test_claims_apiserver)."""
+with a runtime that applies its updates, the CPU driver, and the kubelet-plugin layer's claim
+service over it (``preparer``, what kubelet's calls reach) against an in-process claim store
+(the fast stand-in for the API server; the real one is in test_claims_apiserver)."""
 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from nri_resmgr.dra.cdi import CdiWriter
-from nri_resmgr.dra.claims import ClaimPreparer
-from nri_resmgr.dra.service import ClaimRef
-from nri_resmgr.dra.state import ClaimStore
+from nri_resmgr.config.models import PolicySpec
+from nri_resmgr.dra.cpu.cdi import CdiWriter
+from nri_resmgr.dra.cpu.driver import CpuDriver
+from nri_resmgr.dra.cpu.state import ClaimStore
+from nri_resmgr.dra.kubeletplugin.claims import ClaimRef
+from nri_resmgr.dra.kubeletplugin.metadata import MetadataWriter
+from nri_resmgr.dra.kubeletplugin.node_service import ClaimService
 from nri_resmgr.kube import ApiResource, KubeObject, NotFound
 from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
-from nri_resmgr.resmgr.model import Container, Pod, Update, claim_env_name
+from nri_resmgr.resmgr.model import Container, Pod, Update, claim_env_name, claims_from_env
 from nri_resmgr.resmgr.policy import PolicyEnv
 from tests.policies.workload import Runtime, topology_spec
 from tests.sysfs.fakesys import N4C16, write_sysfs
@@ -57,7 +62,8 @@ def claim_object(
 
 
 class Claims:
-    """The ClaimReader: ResourceClaims by namespace/name, with an injectable failure."""
+    """ResourceClaims by namespace/name (the ``get`` of ``KubeApi``), with an injectable
+    failure."""
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], KubeObject] = {}
@@ -107,9 +113,15 @@ class Node:
     runtime: Runtime
     updater: AppliedRuntime
     claims: Claims
-    preparer: ClaimPreparer
+    driver: CpuDriver
+    preparer: ClaimService
     cdi_dir: Path
     state_dir: Path
+    spec: PolicySpec
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.root / "plugins" / DRIVER
 
     def ref(self, uid: str) -> ClaimRef:
         meta = self.claim_meta(uid)
@@ -121,10 +133,16 @@ class Node:
                 return dict(obj["metadata"])
         return {"namespace": "default", "name": f"claim-{uid}"}
 
-    def restart(self) -> Node:
-        """A new daemon on the same machine, state and CDI directories; the runtime keeps
-        its containers (the caller synchronizes)."""
-        return make_node(self.root, self.cdi_dir, self.state_dir, self.claims, self.runtime)
+    def injected(self, c: Container, uid: str, **kw: Any) -> Container:
+        return injected(self.cdi_dir, c, uid, **kw)
+
+    def restart(self, spec: PolicySpec | None = None) -> Node:
+        """A new daemon on the same machine, state and CDI directories (and configuration,
+        unless ``spec``); the runtime keeps its containers (the caller synchronizes)."""
+        return make_node(
+            self.root, self.cdi_dir, self.state_dir, self.claims, self.runtime,
+            spec=spec or self.spec,
+        )  # fmt: skip
 
 
 def make_node(
@@ -133,13 +151,16 @@ def make_node(
     state_dir: Path | None = None,
     claims: Claims | None = None,
     old_runtime: Runtime | None = None,
+    *,
+    spec: PolicySpec | None = None,
 ) -> Node:
     if not (root / "sys").exists():
         write_sysfs(root, N4C16)
     cdi_dir = cdi_dir or root / "cdi"
     state_dir = state_dir or root / "state"
     policy = TopologyAwarePolicy()
-    manager = ResourceManager(policy, topology_spec(), PolicyEnv(host_root=str(root)))
+    spec = spec or topology_spec()
+    manager = ResourceManager(policy, spec, PolicyEnv(host_root=str(root)))
     runtime = Runtime(policy)
     if old_runtime is not None:
         runtime.pods, runtime.containers = old_runtime.pods, old_runtime.containers
@@ -147,16 +168,42 @@ def make_node(
     updater = AppliedRuntime(runtime)
     manager.attach_runtime(updater)
     claims = claims or Claims()
-    preparer = ClaimPreparer(
-        manager, claims, DRIVER, NODE, ClaimStore(state_dir), CdiWriter(cdi_dir, DRIVER)
+    driver = CpuDriver(manager, DRIVER, NODE, ClaimStore(state_dir), CdiWriter(cdi_dir, DRIVER))
+    driver.restore(policy)
+    metadata = MetadataWriter(DRIVER, root / "plugins" / DRIVER, cdi_dir)
+    preparer = ClaimService(driver, DRIVER, claims, metadata=metadata)  # type: ignore[arg-type]
+    return Node(
+        root, policy, manager, runtime, updater, claims, driver, preparer, cdi_dir, state_dir,
+        spec,
+    )  # fmt: skip
+
+
+def with_claim_env(c: Container, uid: str, cpus: str, key: str | None = None) -> Container:
+    """``c`` with the claim variables a pod spec could set itself (a forger's env)."""
+    keys = {**c.claim_keys, uid: key} if key is not None else c.claim_keys
+    return attrs.evolve(c, claims={**c.claims, uid: cpus}, claim_keys=keys)
+
+
+def injected(
+    cdi_dir: Path, c: Container, uid: str, *, cdi_devices: Sequence[str] | None = None
+) -> Container:
+    """``c`` as containerd creates it once the claim's CDI device was injected: the env
+    edits of the claim's spec on disk applied; ``cdi_devices`` as a containerd >= 2.3
+    reports them (older ones report none)."""
+    [spec_file] = cdi_dir.glob(f"*-cpu_claim-{uid}.json")
+    [device] = json.loads(spec_file.read_text())["devices"]
+    cpus, keys = claims_from_env(device["containerEdits"]["env"])
+    return attrs.evolve(
+        c,
+        claims={**c.claims, **cpus},
+        claim_keys={**c.claim_keys, **keys},
+        cdi_devices=tuple(cdi_devices or ()),
     )
-    preparer.restore(policy)
-    return Node(root, policy, manager, runtime, updater, claims, preparer, cdi_dir, state_dir)
 
 
-def with_claim_env(c: Container, uid: str, cpus: str) -> Container:
-    """``c`` as containerd creates it once the claim's CDI device was injected."""
-    return attrs.evolve(c, claims={**c.claims, uid: cpus})
+def claim_key(cdi_dir: Path, uid: str) -> str:
+    """The key the claim's CDI spec injects."""
+    return injected(cdi_dir, Container("", "", ""), uid).claim_keys[uid]
 
 
 def env_line(uid: str, cpus: str) -> str:

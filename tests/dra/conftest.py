@@ -1,5 +1,6 @@
 """Fixtures for the DRA plugin tests: an asyncio loop under trio, grpcio "kubelet" stubs
-generated from our protos, and a running plugin in temporary directories."""
+generated from our protos, and a running plugin (the kubelet-plugin layer over a fake
+driver and an in-process claim store) in temporary directories."""
 
 from __future__ import annotations
 
@@ -14,14 +15,17 @@ import trio
 import trio_asyncio
 
 from nri_resmgr.config.models import DraConfig, TemplateSpec
-from nri_resmgr.dra.plugin import KubeletPlugin
+from nri_resmgr.dra.kubeletplugin import KubeletPlugin
 from nri_resmgr.policies.template import TemplatePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.policy import Policy, PolicyEnv
+from tests.dra.claim_setup import Claims
+from tests.dra.fake_driver import DRIVER, AllocatedEverywhere, FakeDriver, uid
 from tests.dra.kubelet_client import Kubelet, KubeletStubs, generate_grpcio_stubs
 
 NODE = "node-1"
-DRIVER = "template.nri.io"
+
+__all__ = ["DRIVER", "NODE", "AllocatedEverywhere", "uid"]
 
 
 @pytest.fixture(scope="session")
@@ -53,7 +57,8 @@ async def wait_until(condition: Callable[[], bool], limit: float = 10.0) -> None
 @attrs.define
 class RunningPlugin:
     plugin: KubeletPlugin
-    manager: ResourceManager
+    driver: FakeDriver
+    claims: Claims
     nursery: trio.Nursery
 
     @property
@@ -80,14 +85,19 @@ def kubelet(kubelet_stubs: KubeletStubs) -> Iterator[Kubelet]:
 
 
 def make_plugin(
-    manager: ResourceManager, base: Path, *, drain_timeout: float = 5.0
+    base: Path,
+    driver: FakeDriver | None = None,
+    claims: Claims | None = None,
+    *,
+    drain_timeout: float = 5.0,
 ) -> KubeletPlugin:
     return KubeletPlugin(
-        manager,
+        driver or FakeDriver(),
         DRIVER,
+        claims or AllocatedEverywhere(),  # type: ignore[arg-type]
         base / "plugins",
         base / "plugins_registry",
-        node_name=NODE,
+        cdi_dir=base / "cdi",
         poll_interval=0.05,
         drain_timeout=drain_timeout,
     )
@@ -95,9 +105,9 @@ def make_plugin(
 
 @pytest.fixture
 async def running_plugin(aio_loop: object, socket_dir: Path) -> AsyncIterator[RunningPlugin]:
-    manager = make_manager()
-    plugin = make_plugin(manager, socket_dir)
+    driver, claims = FakeDriver(), AllocatedEverywhere()
+    plugin = make_plugin(socket_dir, driver, claims)
     async with trio.open_nursery() as nursery:
         await plugin.start(nursery)
-        yield RunningPlugin(plugin, manager, nursery)
+        yield RunningPlugin(plugin, driver, claims, nursery)
         await plugin.stop()

@@ -47,7 +47,7 @@ class FakeKube:
         self.calls: list[str] = []
         self._ids = itertools.count(1)
 
-    # -- the KubeApi protocol -------------------------------------------------------------
+    # -- the KubeApi protocol, without watch (see WatchedKube) -----------------------------
 
     async def get(
         self, resource: ApiResource, name: str, namespace: str | None = None, *,
@@ -95,6 +95,11 @@ class FakeKube:
         )
         self.slices[name] = obj
         return copy.deepcopy(obj)
+
+    async def patch(
+        self, resource: ApiResource, name: str, *args: Any, **kwargs: Any
+    ) -> KubeObject:
+        raise NotImplementedError("the publisher never patches")
 
     async def delete(
         self, resource: ApiResource, name: str, namespace: str | None = None, *,

@@ -26,6 +26,7 @@ from nri_resmgr.kube import KubeClient
 from nri_resmgr.kube.resources import NODES
 from tests.dra.schedulerbuild import BuildError, ensure_scheduler
 from tests.kube.apiserver import ApiServer, free_port
+from tests.kube.gobuild import KUBERNETES_VERSION
 from tests.peers import missing_peer
 
 READY_TIMEOUT = 60.0
@@ -33,11 +34,11 @@ READY_TIMEOUT = 60.0
 __all__ = ["Scheduler", "schedulable_node", "scheduler_binary", "start_scheduler"]
 
 
-def scheduler_binary() -> Path:
+def scheduler_binary(version: str = KUBERNETES_VERSION) -> Path:
     try:
-        return ensure_scheduler()
+        return ensure_scheduler(version)
     except BuildError as exc:
-        missing_peer(f"kube-scheduler cannot be built here: {exc}")
+        missing_peer(f"kube-scheduler {version} cannot be built here: {exc}")
 
 
 @attrs.define
@@ -87,10 +88,11 @@ class Scheduler:
         return resp.status_code == 200
 
 
-def start_scheduler(server: ApiServer, log: Path) -> Scheduler:
-    """Builds (if needed) and starts kube-scheduler against ``server``; fails the test under
-    CI when it cannot be built (``tests/peers.py``), errors when it does not start."""
-    scheduler = Scheduler(scheduler_binary(), log)
+def start_scheduler(server: ApiServer, log: Path, version: str = KUBERNETES_VERSION) -> Scheduler:
+    """Builds (if needed) and starts kube-scheduler ``version`` against ``server``; fails the
+    test under CI when it cannot be built (``tests/peers.py``), errors when it does not
+    start."""
+    scheduler = Scheduler(scheduler_binary(version), log)
     scheduler.start(server.kubeconfig)
     return scheduler
 

@@ -2,71 +2,49 @@
 
 The wrapper-module approach of ``tests/kube/gobuild.py`` (kube-apiserver) and
 ``tests/dra/kubeletbuild.py`` (the kubelet DRA peer), with their Go caches, so the Kubernetes
-packages the three share compile once. The version is stamped with the ldflags kube's own
-build uses (without them ``--version`` says v0.0.0-master). The binary is rebuilt when the
-version or the flags change (hash stamp).
+packages the three share compile once. One binary per Kubernetes version
+(``bin/kube-scheduler-<version>``), stamped with the version ldflags kube's own build uses
+(without them ``--version`` says v0.0.0-master) and rebuilt when the version or the flags
+change (hash stamp).
 
-No feature gates are needed at 1.35: DynamicResourceAllocation is GA and the scheduler adds
-its DynamicResources plugin to every profile on its own.
+No feature gates are needed: DynamicResourceAllocation is GA since 1.34 and the scheduler adds
+its DynamicResources plugin to every profile on its own; consumable capacity
+(``DRAConsumableCapacity``) is beta and on by default from 1.36, off in 1.35.
 
-Run as ``python -m tests.dra.schedulerbuild`` or let the fixture call ``ensure_scheduler()``.
+Run as ``python -m tests.dra.schedulerbuild [VERSION ...]`` or let the fixture call
+``ensure_scheduler()``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import shutil
 import sys
 from pathlib import Path
 
 from tests.kube.gobuild import (
     KUBERNETES_VERSION,
     BuildError,
-    _build,
-    _go,
-    bin_dir,
-    kube_module,
+    ensure_kube_command,
+    versioned_path,
 )
 
 NAME = "kube-scheduler"
 PACKAGE = "k8s.io/kubernetes/cmd/kube-scheduler"
-_MINOR = KUBERNETES_VERSION.split(".")[1]
-# What `kube-scheduler --version` and the client's user agent report.
-LDFLAGS = " ".join(
-    f"-X '{pkg}.{key}={value}'"
-    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
-    for key, value in (("gitVersion", KUBERNETES_VERSION), ("gitMajor", "1"), ("gitMinor", _MINOR))
-)
 
-__all__ = ["LDFLAGS", "BuildError", "ensure_scheduler", "scheduler_path"]
+__all__ = ["BuildError", "ensure_scheduler", "scheduler_path"]
 
 
-def scheduler_path() -> Path:
-    return bin_dir() / NAME
+def scheduler_path(version: str = KUBERNETES_VERSION) -> Path:
+    return versioned_path(NAME, version)
 
 
-def _digest() -> str:
-    return hashlib.sha256(f"{PACKAGE}@{KUBERNETES_VERSION} {LDFLAGS}".encode()).hexdigest()
-
-
-def ensure_scheduler() -> Path:
+def ensure_scheduler(version: str = KUBERNETES_VERSION) -> Path:
     """The binary, built when missing or stale; raises ``BuildError`` when impossible."""
-    out = scheduler_path()
-    stamp = out.with_name(out.name + ".sha256")
-    digest = _digest()
-    if out.exists() and stamp.exists() and stamp.read_text().strip() == digest:
-        return out
-    if shutil.which("go") is None:
-        raise BuildError("the Go toolchain (go) is not on PATH")
-    workdir = kube_module(NAME)
-    _go(workdir, "get", "-tool", f"{PACKAGE}@{KUBERNETES_VERSION}")
-    _build(workdir, PACKAGE, out, "-ldflags", LDFLAGS)
-    stamp.write_text(digest + "\n")
-    return out
+    return ensure_kube_command(NAME, PACKAGE, version)
 
 
 if __name__ == "__main__":
     try:
-        print(ensure_scheduler())
+        for wanted in sys.argv[1:] or [KUBERNETES_VERSION]:
+            print(ensure_scheduler(wanted))
     except BuildError as exc:
         sys.exit(f"kube-scheduler build failed: {exc}")

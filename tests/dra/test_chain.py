@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,7 +32,7 @@ import pytest
 import trio
 
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.dra.publisher import resource_slices
+from nri_resmgr.dra.kubeletplugin.publisher import resource_slices
 from nri_resmgr.kube import AlreadyExists, KubeClient, NotFound
 from nri_resmgr.kube.resources import (
     CUSTOM_RESOURCE_DEFINITIONS,
@@ -318,15 +319,17 @@ async def test_scheduler_to_cpuset_with_restarts(node: Node, scheduler: Schedule
 
         # kubelet prepares: our plugin reads the claim from the apiserver, claims its CPUs.
         prepared = await kubelet.prepare(pod)
-        # One CDI id per allocated device, all naming the claim's one CDI device.
+        # One CDI id per allocated device, all naming the claim's one CDI device, and the
+        # request's device-metadata mount once.
         ids = prepared["cdi_devices"]["app"]
-        assert len(ids) == CLAIMED, ids
-        [cdi_id] = set(ids)
         uid = claim["metadata"]["uid"]
-        assert cdi_id == f"{DRIVER}/cpu=claim-{uid}"
+        cdi_id = f"{DRIVER}/cpu=claim-{uid}"
+        assert sorted(ids) == sorted([cdi_id] * CLAIMED + [f"{DRIVER}/metadata={uid}_cpus"])
         env = claim_env(node.cdi_dir, [cdi_id])
         variable = "NRI_DRA_CPUS_" + uid.replace("-", "_")
-        assert env == [f"{variable}={CpuSet(claimed)}"]
+        key_variable = "NRI_DRA_KEY_" + uid.replace("-", "_")
+        assert env[0] == f"{variable}={CpuSet(claimed)}"
+        assert re.fullmatch(f"{key_variable}=[0-9a-f]{{32}}", env[1]) and len(env) == 2
         # The shared container, on every CPU but 0 until now, is moved off the claimed ones.
         rest = await moved(h, shared["id"], lambda got: not got & claimed)
         assert rest == set(range(1, 16)) - claimed
@@ -365,10 +368,32 @@ async def test_scheduler_to_cpuset_with_restarts(node: Node, scheduler: Schedule
         app_again = {**app, "id": "app-again", "name": "app-again"}
         again = await h.relay("create-container", pod=app_sandbox, container=app_again)
         assert cpus(again["adjust"]["linux"]["resources"]["cpu"]["cpus"]) == claimed
-        # The env can also come from a pod spec: a value other than the prepared cpuset is
-        # not the claim's, and gets none of its CPUs.
+        # The env can also come from a pod spec: a value other than the prepared cpuset, or
+        # the right cpuset without the claim's key, is not the claim's and gets none of its
+        # CPUs; nor does a pod of another namespace with all of the claim's env.
         forged = {**app, "id": "forged", "name": "forged", "env": [f"{variable}=1-3"]}
         reply = await h.relay("create-container", pod=app_sandbox, container=forged)
+        assert not cpus(reply["adjust"]["linux"]["resources"]["cpu"]["cpus"]) & claimed
+        guessed_env = [f"{variable}={CpuSet(claimed)}"]
+        guessed = {**app, "id": "guessed", "name": "guessed", "env": guessed_env}
+        reply = await h.relay("create-container", pod=app_sandbox, container=guessed)
+        assert not cpus(reply["adjust"]["linux"]["resources"]["cpu"]["cpus"]) & claimed
+        elsewhere = {**app_sandbox, "id": "thief-sandbox", "namespace": "attacker",
+                     "uid": "thief-uid"}  # fmt: skip
+        await h.relay("run-pod", pod=elsewhere)
+        thief = {**app, "id": "thief", "name": "thief", "pod_sandbox_id": elsewhere["id"]}
+        reply = await h.relay("create-container", pod=elsewhere, container=thief)
+        assert not cpus(reply["adjust"]["linux"]["resources"]["cpu"]["cpus"]) & claimed
+        # A runtime that reports CDI devices (containerd >= 2.3, NRI Container.CDI_devices)
+        # decides: the claim's device listed binds the container, another device does not,
+        # whatever the env says.
+        listed = {**app, "id": "listed", "name": "listed", "env": guessed_env,
+                  "CDI_devices": [{"name": cdi_id}]}  # fmt: skip
+        reply = await h.relay("create-container", pod=app_sandbox, container=listed)
+        assert cpus(reply["adjust"]["linux"]["resources"]["cpu"]["cpus"]) == claimed
+        unlisted = {**app, "id": "unlisted", "name": "unlisted",
+                    "CDI_devices": [{"name": "vendor.example.com/gpu=0"}]}  # fmt: skip
+        reply = await h.relay("create-container", pod=app_sandbox, container=unlisted)
         assert not cpus(reply["adjust"]["linux"]["resources"]["cpu"]["cpus"]) & claimed
         newer = objects.container(sandbox, 3, milli_cpu=500)
         reply = await h.relay("create-container", pod=sandbox, container=newer)
@@ -385,9 +410,10 @@ async def test_scheduler_to_cpuset_with_restarts(node: Node, scheduler: Schedule
 
         # The pod's containers end, then kubelet unprepares (after both restarts): the CDI
         # spec goes, the CPUs return to shared use.
-        for ctr in (app, app_again, forged):
-            await h.relay("stop-container", pod=app_sandbox, container=ctr)
-            await h.relay("remove-container", pod=app_sandbox, container=ctr)
+        ours = (app, app_again, forged, guessed, listed, unlisted)
+        for sandbox_of, ctr in [(app_sandbox, c) for c in ours] + [(elsewhere, thief)]:
+            await h.relay("stop-container", pod=sandbox_of, container=ctr)
+            await h.relay("remove-container", pod=sandbox_of, container=ctr)
         await kubelet.unprepare(pod)
         assert claim_env(node.cdi_dir, [cdi_id]) == []
         assert uid not in (node.state_dir / "dra-claims.json").read_text()

@@ -16,10 +16,10 @@ import pytest
 import trio
 
 from nri_resmgr.backoff import Backoff
-from nri_resmgr.dra.publisher import SlicePublisher
+from nri_resmgr.dra.kubeletplugin.devices import Device
+from nri_resmgr.dra.kubeletplugin.publisher import SlicePublisher
 from nri_resmgr.kube import AlreadyExists, KubeClient
 from nri_resmgr.kube.resources import NAMESPACES, NODES, PODS, RESOURCE_CLAIMS
-from nri_resmgr.resmgr.model import Device
 from tests.dra import chain
 from tests.dra.scheduler import Scheduler, schedulable_node, start_scheduler
 from tests.kube.apiserver import ApiServer

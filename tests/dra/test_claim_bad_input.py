@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.dra import state
-from nri_resmgr.dra.state import ClaimStore, write_atomically
+from nri_resmgr.dra.cpu import state
+from nri_resmgr.dra.cpu.state import ClaimStore, write_atomically
 from nri_resmgr.kube import Unavailable
 from tests.dra.claim_setup import NODE, Node, claim_object, make_node
 from tests.policies.workload import besteffort, guaranteed
@@ -123,7 +123,7 @@ async def test_cpus_of_another_claim_are_refused(node: Node) -> None:
     error = await prepare_error(node)
     assert f"cpus 7 are already claimed by claim {OTHER}" in error
     assert_nothing_left(node, before)
-    assert node.policy.claims.claims == {OTHER: CpuSet([6, 7])}
+    assert node.policy.claims.cpus() == {OTHER: CpuSet([6, 7])}
 
 
 async def test_cpus_held_exclusively_by_a_container_are_refused(node: Node) -> None:
@@ -157,7 +157,7 @@ async def test_an_unwritable_state_file_fails_the_claim_and_removes_its_cdi_spec
 ) -> None:
     node.state_dir.parent.mkdir(parents=True, exist_ok=True)
     node.state_dir.write_text("a file where the state directory should be")
-    node.preparer.store = ClaimStore(node.state_dir)
+    node.driver.store = ClaimStore(node.state_dir)
     before = dict(node.runtime.cpus)
     node.claims.add(claim_object(UID, ["cpu6"]))
     error = await prepare_error(node)
@@ -205,7 +205,7 @@ async def test_a_corrupt_state_file_fails_every_claim_and_is_kept(
     assert f"DRA state file {path}" in error and cause in error
     unprepared = await node.preparer.unprepare([node.ref(UID)])
     assert cause in unprepared[UID].error
-    assert node.policy.claims.claims == {}
+    assert node.policy.claims.cpus() == {}
     assert path.read_text() == content  # the evidence stays; nothing overwrote it
 
 

@@ -15,15 +15,12 @@ import trio
 
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.dra.cdi import CdiWriter
-from nri_resmgr.dra.claims import ClaimPreparer
-from nri_resmgr.dra.publisher import SlicePublisher, resource_slices
-from nri_resmgr.dra.service import ClaimRef
-from nri_resmgr.dra.state import ClaimStore
+from nri_resmgr.dra.kubeletplugin.claims import ClaimRef
+from nri_resmgr.dra.kubeletplugin.devices import Device
+from nri_resmgr.dra.kubeletplugin.publisher import SlicePublisher, resource_slices
 from nri_resmgr.kube import KubeClient
 from nri_resmgr.kube.config import ClusterConfig
 from nri_resmgr.kube.resources import NODES, RESOURCE_CLAIMS
-from nri_resmgr.resmgr.model import Device
 from tests.dra.claim_setup import DRIVER, NODE, make_node
 from tests.kube.apiserver import ApiServer, free_port
 
@@ -176,8 +173,8 @@ async def test_prepare_reads_the_claim_from_the_server_and_checks_its_uid(
 
         outcomes = await node.preparer.prepare([ClaimRef(uid, "default", name)])
         assert outcomes[uid].error == ""
-        assert [d.device for d in outcomes[uid].devices] == ["cpu6", "cpu7"]
-        assert node.policy.claims.claims == {uid: CpuSet([6, 7])}
+        assert [d.device.device for d in outcomes[uid].devices] == ["cpu6", "cpu7"]
+        assert node.policy.claims.cpus() == {uid: CpuSet([6, 7])}
 
         # The same name, a new object: kubelet's UID is stale.
         await kube.delete(RESOURCE_CLAIMS, name, namespace="default")
@@ -195,12 +192,9 @@ async def test_an_unreachable_api_server_fails_the_claim_and_leaves_nothing(
 ) -> None:
     node = make_node(tmp_path)
     async with KubeClient(ClusterConfig(server=f"http://127.0.0.1:{free_port()}")) as kube:
-        node.preparer = ClaimPreparer(
-            node.manager, kube, DRIVER, NODE, ClaimStore(node.state_dir),
-            CdiWriter(node.cdi_dir, DRIVER),
-        )  # fmt: skip
+        node.preparer.kube = kube
         uid = str(uuid.uuid4())
         outcomes = await node.preparer.prepare([ClaimRef(uid, "default", "c")])
     assert "cannot read ResourceClaim default/c: " in outcomes[uid].error
-    assert node.policy.claims.claims == {}
+    assert node.policy.claims.cpus() == {}
     assert not node.cdi_dir.exists() or not list(node.cdi_dir.iterdir())

@@ -4,14 +4,17 @@ the claim's containers get exactly them, Unprepare gives them back; restarts los
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.dra.cdi import CDI_VERSION
+from nri_resmgr.dra.cpu.cdi import CDI_VERSION
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.nri import convert
+from nri_resmgr.nri import wire as wire_codec
+from nri_resmgr.resmgr.model import claim_key_name
 from tests.dra.claim_setup import DRIVER, claim_object, env_line, make_node, with_claim_env
 from tests.policies.workload import besteffort, guaranteed, topology_spec
 
@@ -55,25 +58,33 @@ async def test_prepare_carves_the_cpus_and_the_claim_container_gets_exactly_them
 
     assert outcome.error == ""
     cdi_id = f"{DRIVER}/cpu=claim-{UID}"
-    assert [(d.device, d.request_names, d.cdi_ids) for d in outcome.devices] == [
-        ("cpu6", ("cpus",), (cdi_id,)),
+    metadata_id = f"{DRIVER}/metadata={UID}_cpus"
+    assert [(d.device.device, d.device.requests, d.cdi_ids) for d in outcome.devices] == [
+        ("cpu6", ("cpus",), (cdi_id, metadata_id)),  # the request's metadata mount, once
         ("cpu7", ("cpus",), (cdi_id,)),
     ]
     # The shared container was moved off the claimed CPUs by an UpdateContainers.
     assert shared_of(node.runtime.cpus, be.id) == before - CpuSet([6, 7])
-    # The CDI spec injects the env var the policy recognises.
+    # The CDI spec injects the env vars the policy recognises: the CPUs and the claim's key.
     spec = json.loads((node.cdi_dir / f"{DRIVER}-cpu_claim-{UID}.json").read_text())
+    key = node.driver.store.records[UID].key
+    assert re.fullmatch("[0-9a-f]{32}", key)
     assert spec == {
         "cdiVersion": CDI_VERSION,
         "kind": f"{DRIVER}/cpu",
-        "devices": [{"name": f"claim-{UID}", "containerEdits": {"env": [env_line(UID, "6-7")]}}],
+        "devices": [
+            {
+                "name": f"claim-{UID}",
+                "containerEdits": {"env": [env_line(UID, "6-7"), f"{claim_key_name(UID)}={key}"]},
+            }
+        ],
     }
     # The record is on disk before the answer.
     state = json.loads((node.state_dir / "dra-claims.json").read_text())
     assert state["claims"][UID]["cpus"] == "6-7"
 
     pod, c = besteffort("dra")
-    claimed = node.runtime.create((pod, with_claim_env(c, UID, "6-7")))
+    claimed = node.runtime.create((pod, node.injected(c, UID)))
     other_pod, other = guaranteed("native", 2000)
     node.runtime.create((other_pod, other))
     assert node.runtime.cpus[claimed.id] == "6-7"
@@ -81,12 +92,16 @@ async def test_prepare_carves_the_cpus_and_the_claim_container_gets_exactly_them
     assert shared_of(node.runtime.cpus, be.id).isdisjoint(CpuSet([6, 7]))
 
 
-async def test_the_claim_env_var_travels_through_the_nri_conversion(tmp_path: Path) -> None:
+async def test_the_claim_env_vars_travel_through_the_nri_conversion(tmp_path: Path) -> None:
     _pod, c = besteffort("dra")
-    wire = convert.container_to_proto(with_claim_env(c, UID, "6-7"))
+    wire = convert.container_to_proto(with_claim_env(c, UID, "6-7", key="ab" * 16))
     assert env_line(UID, "6-7") in wire.env
     wire.env.append("PATH=/usr/bin")
-    assert convert.container_from_proto(wire).claims == {UID: "6-7"}
+    back = convert.container_from_proto(wire)
+    assert (back.claims, back.claim_keys) == ({UID: "6-7"}, {UID: "ab" * 16})
+    # The runtime's own parser (the fast path) reads them the same.
+    fast = wire_codec.container(bytes(wire))
+    assert (fast.claims, fast.claim_keys) == ({UID: "6-7"}, {UID: "ab" * 16})
 
 
 async def test_a_forged_or_stale_claim_variable_is_ignored(tmp_path: Path) -> None:
@@ -107,8 +122,11 @@ async def test_prepare_is_idempotent(tmp_path: Path) -> None:
     first = await node.preparer.prepare([node.ref(UID)])
     second = await node.preparer.prepare([node.ref(UID)])
     assert first == second
-    assert node.policy.claims.claims == {UID: CpuSet([6, 7])}
-    assert len(list(node.cdi_dir.iterdir())) == 1
+    assert node.policy.claims.cpus() == {UID: CpuSet([6, 7])}
+    assert sorted(p.name for p in node.cdi_dir.iterdir()) == [
+        f"{DRIVER}-cpu_claim-{UID}.json",
+        f"{DRIVER}_metadata_{UID}_cpus.json",
+    ]
 
 
 async def test_unprepare_regrows_the_pools_and_removes_spec_and_record(tmp_path: Path) -> None:
@@ -118,14 +136,15 @@ async def test_unprepare_regrows_the_pools_and_removes_spec_and_record(tmp_path:
     node.claims.add(claim_object(UID, ["cpu6", "cpu7"]))
     await node.preparer.prepare([node.ref(UID)])
 
-    outcomes = await node.preparer.unprepare([node.ref(UID), node.ref("never-heard-of")])
+    never = "0b6f1c2e-9d4a-4e57-8a3b-000000000000"
+    outcomes = await node.preparer.unprepare([node.ref(UID), node.ref(never)])
 
-    assert {uid: o.error for uid, o in outcomes.items()} == {UID: "", "never-heard-of": ""}
+    assert {uid: o.error for uid, o in outcomes.items()} == {UID: "", never: ""}
     assert shared_of(node.runtime.cpus, be.id) == before
     assert list(node.cdi_dir.iterdir()) == []
     state = json.loads((node.state_dir / "dra-claims.json").read_text())
     assert state["claims"] == {}
-    assert node.policy.claims.claims == {}
+    assert node.policy.claims.cpus() == {}
 
 
 async def test_a_restart_between_prepare_and_unprepare_loses_nothing(tmp_path: Path) -> None:
@@ -134,13 +153,14 @@ async def test_a_restart_between_prepare_and_unprepare_loses_nothing(tmp_path: P
     node.claims.add(claim_object(UID, ["cpu6", "cpu7"]))
     await node.preparer.prepare([node.ref(UID)])
     pod, c = besteffort("dra")
-    claimed = node.runtime.create((pod, with_claim_env(c, UID, "6-7")))
+    claimed = node.runtime.create((pod, node.injected(c, UID)))
 
     again = node.restart()
     # Claims are back before Synchronize, so it finds the claim's container and keeps it.
-    assert again.policy.claims.claims == {UID: CpuSet([6, 7])}
+    assert again.policy.claims.cpus() == {UID: CpuSet([6, 7])}
     pods, containers = again.runtime.reported()
-    updates = await again.manager.synchronize(pods, containers)
+    async with again.manager.lock:
+        updates = again.manager.synchronize(pods, containers)
     again.runtime.apply(updates)
     assert again.runtime.cpus[claimed.id] == "6-7"
     assert shared_of(again.runtime.cpus, be.id).isdisjoint(CpuSet([6, 7]))
@@ -163,14 +183,15 @@ async def test_a_claim_restored_after_synchronize_moves_its_container_back(
     node.claims.add(claim_object(UID, ["cpu6", "cpu7"]))
     await node.preparer.prepare([node.ref(UID)])
     pod, c = guaranteed("dra", 2000)
-    claimed = node.runtime.create((pod, with_claim_env(c, UID, "6-7")))
+    claimed = node.runtime.create((pod, node.injected(c, UID)))
     fresh = make_node(tmp_path, tmp_path / "other-cdi", tmp_path / "other-state")
     fresh.runtime.pods, fresh.runtime.containers = node.runtime.pods, node.runtime.containers
     fresh.runtime.cpus, fresh.runtime.mems = node.runtime.cpus, node.runtime.mems
     pods, containers = fresh.runtime.reported()
-    fresh.runtime.apply(await fresh.manager.synchronize(pods, containers))
+    async with fresh.manager.lock:
+        fresh.runtime.apply(fresh.manager.synchronize(pods, containers))
 
-    await fresh.manager.claim_cpus(UID, CpuSet([6, 7]))
+    await fresh.manager.claim_cpus(node.driver.grant(node.driver.store.records[UID]))
 
     assert fresh.runtime.cpus[claimed.id] == "6-7"
     assert fresh.policy.claims.bound == {claimed.id: (UID,)}
@@ -184,11 +205,11 @@ async def test_a_reconfiguration_keeps_claims_and_refuses_to_reserve_claimed_cpu
     node.claims.add(claim_object(UID, ["cpu6", "cpu7"]))
     await node.preparer.prepare([node.ref(UID)])
     pod, c = besteffort("dra")
-    claimed = node.runtime.create((pod, with_claim_env(c, UID, "6-7")))
+    claimed = node.runtime.create((pod, node.injected(c, UID)))
 
     with pytest.raises(ConfigError, match="cpus 6 are claimed by prepared DRA claims"):
         await node.manager.reconfigure(topology_spec(reserved="cpuset:6"))
-    assert node.policy.claims.claims == {UID: CpuSet([6, 7])}
+    assert node.policy.claims.cpus() == {UID: CpuSet([6, 7])}
 
     await node.manager.reconfigure(topology_spec(reserved="cpuset:0-1"))
     assert [d.name for d in node.policy.dra_devices()][:1] == ["cpu2"]

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from nri_resmgr.dra.cdi import CdiError, CdiWriter
-from nri_resmgr.dra.files import UnsafePath, read_file, write_file
-from nri_resmgr.dra.state import STATE_FILE, ClaimStore
+from nri_resmgr.dra.cpu.cdi import CdiError, CdiWriter
+from nri_resmgr.dra.cpu.state import STATE_FILE, ClaimStore
+from nri_resmgr.dra.kubeletplugin.files import UnsafePath, read_file, write_file
 from tests.dra.claim_setup import DRIVER, Node, claim_object, make_node
 from tests.peers import missing_peer
 from tests.policies.workload import besteffort
@@ -92,11 +92,11 @@ async def test_a_symlink_planted_at_the_state_file_is_replaced_not_followed(
 ) -> None:
     node.state_dir.mkdir(parents=True, exist_ok=True)
     (node.state_dir / STATE_FILE).symlink_to(victim)
-    node.preparer.store = ClaimStore(node.state_dir)
-    node.preparer.store.load()
+    node.driver.store = ClaimStore(node.state_dir)
+    node.driver.store.load()
     # Reading through it is refused, and says why; the target is left alone.
-    assert node.preparer.store.broken is not None
-    assert "is a symlink; refusing to follow it" in node.preparer.store.broken
+    assert node.driver.store.broken is not None
+    assert "is a symlink; refusing to follow it" in node.driver.store.broken
     assert "is a symlink" in await prepare(node)
     assert victim.read_text() == VICTIM_TEXT
 
@@ -193,7 +193,7 @@ async def test_a_deeply_nested_state_file_is_a_clear_error_at_every_claim(
 async def test_a_state_file_over_the_size_bound_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nri_resmgr.dra import state
+    from nri_resmgr.dra.cpu import state
 
     monkeypatch.setattr(state, "MAX_STATE_BYTES", 1000)
     (tmp_path / "state").mkdir()
@@ -224,11 +224,11 @@ async def test_a_uid_not_in_the_api_servers_shape_never_reaches_a_path(
     before = {p for p in tmp_path.rglob("*")}
     node.claims.add(claim_object(uid, ["cpu6"], name="forged"))
     outcome = (await node.preparer.prepare([node.ref(uid)]))[uid]
-    assert "is not a Kubernetes UID" in outcome.error
+    assert ("has no UID" if uid == "" else "is not a Kubernetes UID") in outcome.error
     # Nothing can have been prepared under it: Unprepare succeeds and touches nothing.
     assert (await node.preparer.unprepare([node.ref(uid)]))[uid].error == ""
     assert {p for p in tmp_path.rglob("*")} == before  # nothing written anywhere
-    assert node.policy.claims.claims == {}
+    assert node.policy.claims.cpus() == {}
     assert node.claims.gets == 0  # refused before even asking the API server
 
 

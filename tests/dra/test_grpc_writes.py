@@ -9,7 +9,7 @@ from typing import Any
 
 import trio_asyncio
 
-from nri_resmgr.dra import grpc_writes
+from nri_resmgr.dra.kubeletplugin import grpclib_private as grpc_writes
 from tests.dra.conftest import RunningPlugin
 from tests.dra.kubelet_client import Kubelet
 
@@ -42,7 +42,7 @@ class Recorder:
 
 
 def server_transports(running: RunningPlugin) -> list[Any]:
-    server = running.plugin._dra._server
+    server = running.plugin._dra._grpc
     assert server is not None
     return [p.connection._transport for p in server.protocols if hasattr(p, "connection")]
 

@@ -5,24 +5,22 @@ from __future__ import annotations
 
 import logging
 import socket as socketlib
-from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
 import pytest
 import trio
 
-from nri_resmgr.dra.plugin import driver_name_for
-from nri_resmgr.policies.template import TemplatePolicy
-from nri_resmgr.resmgr.model import ClaimResult
+from nri_resmgr.dra.cpu import driver_name_for
 from tests.dra.conftest import (
     DRIVER,
     NODE,
     RunningPlugin,
-    make_manager,
     make_plugin,
+    uid,
     wait_until,
 )
+from tests.dra.fake_driver import FakeDriver
 from tests.dra.kubelet_client import Kubelet
 
 VERSIONS = ("v1", "v1beta1")
@@ -75,68 +73,76 @@ async def test_prepare_and_unprepare_on_the_advertised_endpoint(
     await kubelet.notify(running_plugin.reg_socket, registered=True)
     channel = kubelet.channel(info.endpoint)
 
-    prepared = await kubelet.prepare(version, channel, "uid-a", "uid-b")
-    assert set(prepared.claims) == {"uid-a", "uid-b"}
-    for answer in prepared.claims.values():
+    a, b, never = uid("a"), uid("b"), uid("never-prepared")
+    prepared = await kubelet.prepare(version, channel, a, b)
+    assert set(prepared.claims) == {a, b}
+    for key, answer in prepared.claims.items():
         assert answer.error == ""
-        assert list(answer.devices) == []
+        [device] = answer.devices
+        assert (device.pool_name, device.device_name) == (NODE, "dev0")
+        assert list(device.request_names) == ["cpus"]
+        # The driver's CDI id, then the layer's device metadata mount (KEP-5304).
+        assert list(device.cdi_device_ids) == [
+            f"fake.nri.io/dev=claim-{key}",
+            f"{DRIVER}/metadata={key}_cpus",
+        ]
 
-    unprepared = await kubelet.unprepare(version, channel, "uid-a", "uid-b", "never-prepared")
-    assert set(unprepared.claims) == {"uid-a", "uid-b", "never-prepared"}
+    unprepared = await kubelet.unprepare(version, channel, a, b, never)
+    assert set(unprepared.claims) == {a, b, never}
     assert all(a.error == "" for a in unprepared.claims.values())
-
-
-class PickyPolicy(TemplatePolicy):
-    """Fails one claim, forgets another, offers a device for the rest."""
-
-    def prepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
-        results = []
-        for uid in claim_uids:
-            if uid == "bad":
-                results.append(ClaimResult(uid, error="no such CPUs"))
-            elif uid != "forgotten":
-                results.append(ClaimResult(uid, devices=("cpu-0",)))
-        return results
+    assert running_plugin.driver.unprepared == [[a, b, never]]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_a_claim_that_cannot_be_answered_gets_its_own_error(
     aio_loop: object, socket_dir: Path, kubelet: Kubelet, version: str
 ) -> None:
-    manager = make_manager(PickyPolicy())
-    plugin = make_plugin(manager, socket_dir)
+    driver = FakeDriver()
+    good, bad, forgotten, malformed = uid("good"), uid("bad"), uid("forgotten"), "not-a-uid"
+    driver.errors[bad] = "no such CPUs"
+    driver.forget.add(forgotten)
+    plugin = make_plugin(socket_dir, driver)
     async with trio.open_nursery() as nursery:
         await plugin.start(nursery)
         channel = kubelet.channel(plugin.dra_socket)
 
-        reply = await kubelet.prepare(version, channel, "good", "bad", "forgotten", "")
+        reply = await kubelet.prepare(version, channel, good, bad, forgotten, malformed, "")
 
-        assert reply.claims["good"].error == ""
-        [device] = reply.claims["good"].devices
-        assert (device.pool_name, device.device_name) == (NODE, "cpu-0")
-        assert reply.claims["bad"].error == "no such CPUs"
-        assert "no prepare answer for claim default/claim-forgotten" in (
-            reply.claims["forgotten"].error
+        assert reply.claims[good].error == ""
+        [device] = reply.claims[good].devices
+        assert (device.pool_name, device.device_name) == (NODE, "dev0")
+        assert reply.claims[bad].error == "no such CPUs"
+        assert f"no prepare answer for claim default/claim-{forgotten}" in (
+            reply.claims[forgotten].error
         )
+        assert "UID 'not-a-uid' is not a Kubernetes UID" in reply.claims[malformed].error
         assert "has no UID" in reply.claims[""].error
+        # Only the well-formed claims reached the driver.
+        assert driver.prepared == [[good, bad, forgotten]]
         await plugin.stop()
 
 
-async def test_prepare_takes_the_manager_lock(
+async def test_the_driver_is_asked_one_request_at_a_time(
     running_plugin: RunningPlugin, kubelet: Kubelet
 ) -> None:
     channel = kubelet.channel(running_plugin.dra_socket)
+    driver = running_plugin.driver
+    driver.hold = trio.Event()
     replies = []
 
-    async def prepare() -> None:
-        replies.append(await kubelet.prepare("v1", channel, "uid-1"))
+    async def prepare(label: str) -> None:
+        replies.append(await kubelet.prepare("v1", channel, uid(label)))
 
-    async with trio.open_nursery() as nursery, running_plugin.manager.lock:
-        nursery.start_soon(prepare)
-        await wait_until(lambda: running_plugin.plugin._dra.gate.in_flight == 1)
-        assert replies == []
-    assert len(replies) == 1
-    assert replies[0].claims["uid-1"].error == ""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(prepare, "one")
+        nursery.start_soon(prepare, "two")
+        await wait_until(lambda: running_plugin.plugin._dra.gate.in_flight == 2)
+        await wait_until(lambda: driver.running == 1)
+        await trio.sleep(0.05)
+        assert replies == [] and driver.running == 1
+        driver.hold.set()
+    assert driver.most_running == 1
+    assert [r.claims[k].error for r in replies for k in r.claims] == ["", ""]
 
 
 async def test_second_start_is_refused(running_plugin: RunningPlugin) -> None:
@@ -157,7 +163,7 @@ async def test_stop_is_idempotent_and_removes_both_sockets(
 async def test_stale_socket_files_are_replaced(
     aio_loop: object, socket_dir: Path, kubelet: Kubelet
 ) -> None:
-    first = make_plugin(make_manager(), socket_dir)
+    first = make_plugin(socket_dir)
     async with trio.open_nursery() as nursery:
         await first.start(nursery)
         # Simulate a crash: forget the plugin without stopping, leaving the files behind.
@@ -167,7 +173,7 @@ async def test_stale_socket_files_are_replaced(
         s = socketlib.socket(socketlib.AF_UNIX)
         s.bind(str(path))
         s.close()
-    second = make_plugin(make_manager(), socket_dir)
+    second = make_plugin(socket_dir)
     async with trio.open_nursery() as nursery:
         await second.start(nursery)
         info = await kubelet.get_info(second.registration_socket)
@@ -179,20 +185,22 @@ def test_driver_name_is_policy_dot_nri_io() -> None:
     assert driver_name_for("topology-aware") == "topology-aware.nri.io"
 
 
-async def test_a_client_that_gives_up_abandons_its_wait_for_the_lock(
+async def test_a_client_that_gives_up_abandons_its_wait_for_the_driver(
     running_plugin: RunningPlugin, kubelet: Kubelet, caplog: pytest.LogCaptureFixture
 ) -> None:
-    plugin, manager = running_plugin.plugin, running_plugin.manager
+    plugin, driver = running_plugin.plugin, running_plugin.driver
     pb2 = kubelet.stubs.dra["v1"].pb2
     stub = kubelet.dra_stub("v1", kubelet.channel(plugin.dra_socket))
-    request = pb2.NodePrepareResourcesRequest(claims=kubelet.claims("v1", "slow"))
+    request = pb2.NodePrepareResourcesRequest(claims=kubelet.claims("v1", uid("slow")))
 
-    async with manager.lock:
-        with pytest.raises(grpc.RpcError) as err:
-            await trio.to_thread.run_sync(lambda: stub.NodePrepareResources(request, timeout=0.3))
-        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        # The handler stopped waiting for the lock: no pile-up of abandoned requests.
-        await wait_until(lambda: plugin._dra.gate.in_flight == 0)
+    driver.hold = trio.Event()  # stands in for the manager lock held by an NRI request
+    with pytest.raises(grpc.RpcError) as err:
+        await trio.to_thread.run_sync(lambda: stub.NodePrepareResources(request, timeout=0.3))
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    # The handler stopped waiting for the driver, and the driver's call was cancelled: no
+    # pile-up of abandoned requests. (The gate lets go when the asyncio handler ends; the
+    # cancelled trio task unwinds a moment later, so both are waited for.)
+    await wait_until(lambda: plugin._dra.gate.in_flight == 0 and driver.running == 0)
     assert "Failed to handle cancellation" not in caplog.text
 
 
@@ -211,7 +219,7 @@ async def test_the_dra_socket_listens_before_the_registration_socket_appears(
 ) -> None:
     # kubelet dials the advertised DRA endpoint as soon as it sees the registration socket,
     # so what each server sees when it starts is recorded; swapped starts change both rows.
-    plugin = make_plugin(make_manager(), socket_dir)
+    plugin = make_plugin(socket_dir)
     seen: dict[str, tuple[bool, bool]] = {}
 
     def observe(name: str, server: object) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import trio
 
-from nri_resmgr.dra.publisher import resource_slices
+from nri_resmgr.dra.kubeletplugin.publisher import resource_slices
 from nri_resmgr.kube import KubeClient
 from nri_resmgr.kube.resources import RESOURCE_CLAIMS, TEMPLATE_POLICIES
 from tests.agent.conftest import template_crd  # noqa: F401  (fixture)
@@ -57,8 +57,8 @@ async def slices(client: KubeClient, node: str) -> list[dict[str, Any]]:
 
 
 async def wait_for_slice(client: KubeClient, node: str, not_named: str = "") -> dict[str, Any]:
-    # A guard of 60 s: after a kubelet restart the slice may come back only with the
-    # publisher's periodic resync (30 s), when the wipe lands after the re-publication.
+    # A guard of 60 s: after a kubelet restart a wipe that lands after the re-publication
+    # is repaired when the publisher's watch sees the DELETED (no periodic re-list).
     with trio.fail_after(60):
         while True:
             found = [s for s in await slices(client, node) if s["metadata"]["name"] != not_named]

@@ -10,8 +10,8 @@ import pytest
 import trio
 
 from nri_resmgr.backoff import Backoff
-from nri_resmgr.dra.publisher import SlicePublisher
-from nri_resmgr.resmgr.model import Device
+from nri_resmgr.dra.kubeletplugin.devices import Device
+from nri_resmgr.dra.kubeletplugin.publisher import SlicePublisher
 from tests.dra.fake_kube import HANG, FakeKube, conflict, server_error
 
 DRIVER = "template.nri.io"

@@ -13,10 +13,11 @@ import pytest
 import trio
 
 from nri_resmgr.backoff import Backoff
-from nri_resmgr.dra.publisher import SlicePublisher, resource_slices
+from nri_resmgr.dra.kubeletplugin.devices import Capacity, Device, RequestPolicy
+from nri_resmgr.dra.kubeletplugin.publisher import SlicePublisher, resource_slices
+from nri_resmgr.errors import Fatal
 from nri_resmgr.kube import KubeClient
 from nri_resmgr.kube.resources import NODES
-from nri_resmgr.resmgr.model import Device
 from tests.kube.apiserver import ApiServer
 
 pytestmark = pytest.mark.integration
@@ -147,3 +148,29 @@ async def test_a_recreated_node_becomes_the_owner_by_its_new_uid(published: Publ
     assert current["metadata"]["name"] == obj["metadata"]["name"]
     assert current["metadata"]["ownerReferences"][0]["controller"] is True
     assert current["spec"]["pool"]["generation"] == 1
+
+
+async def test_grouped_devices_are_refused_where_the_server_drops_consumable_capacity(
+    apiserver: ApiServer,
+) -> None:
+    """1.35 (the suite's server) has DRAConsumableCapacity off: it stores a shared device
+    without allowMultipleAllocations, which would hand a whole group to one claim. The
+    publisher stops the daemon naming the feature instead."""
+    shared = Device(
+        "numa0",
+        {"numCPUs": 4},
+        {"cpu": Capacity(4, RequestPolicy(minimum=1, step=1, default=1))},
+        allow_multiple_allocations=True,
+    )
+
+    async def devices() -> list[Device]:
+        return [shared]
+
+    async with KubeClient(apiserver.config()) as kube:
+        node = await kube.create(NODES, {"metadata": {"name": f"dra-{uuid.uuid4().hex[:8]}"}})
+        publisher = SlicePublisher(kube, devices, DRIVER, node["metadata"]["name"])
+        # Not retried as an API failure would be: the task ends with it.
+        with pytest.RaisesGroup(pytest.RaisesExc(Fatal, match="DRAConsumableCapacity")) as refused:
+            await publisher.run()
+        assert "dra.cpuDeviceMode: grouped" in str(refused.value.exceptions[0])
+        await kube.delete(NODES, node["metadata"]["name"])

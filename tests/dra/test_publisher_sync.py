@@ -12,10 +12,10 @@ import pytest
 import trio
 
 from nri_resmgr.backoff import Backoff
-from nri_resmgr.dra.publisher import SlicePublisher, describe, resource_slices
+from nri_resmgr.dra.kubeletplugin.devices import Device
+from nri_resmgr.dra.kubeletplugin.publisher import SlicePublisher, describe, resource_slices
 from nri_resmgr.kube import ApiResource, KubeObject, NotFound
 from nri_resmgr.kube.resources import RESOURCE_SLICES, RESOURCE_SLICES_V1BETA1
-from nri_resmgr.resmgr.model import Device
 from tests.dra.fake_kube import HANG, FakeKube, server_error
 
 DRIVER = "template.nri.io"
@@ -95,13 +95,14 @@ async def no_devices() -> list[Device]:
     return []
 
 
-def test_a_new_publisher_has_counted_nothing_and_retries_from_one_second() -> None:
+def test_a_new_publisher_has_counted_nothing_retries_from_one_second_and_never_relists() -> None:
     p = SlicePublisher(FakeKube({}), no_devices, DRIVER, NODE)
     assert (p.syncs, p.failures, p.watch_events, p.last_error) == (0, 0, 0, None)
     assert p.pool_name == NODE
     assert p.api_version == "v1"
     assert (p.backoff.initial, p.backoff.maximum) == (1.0, 60.0)
-    assert (p.resync_interval, p.sync_timeout) == (30.0, 20.0)
+    # No periodic resync: the watch (tests/dra/test_publisher_watch.py) keeps it in step.
+    assert (p.resync_interval, p.sync_timeout) == (None, 20.0)
 
 
 def test_an_empty_node_name_is_refused_by_name() -> None:
@@ -256,7 +257,7 @@ async def test_a_slice_deleted_before_its_replace_is_created_again(
 async def test_the_log_says_what_was_written_and_why_it_retries(
     start: Start, autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="nri_resmgr.dra.publisher")
+    caplog.set_level(logging.INFO, logger="nri_resmgr.dra.kubeletplugin.publisher")
     kube = FakeKube({NODE: UID}, served=("v1beta2",))
     kube.slices = {
         "ours": slice_obj("ours", NODE, 2),

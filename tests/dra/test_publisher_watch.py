@@ -15,10 +15,10 @@ import pytest
 import trio
 
 from nri_resmgr.backoff import Backoff
-from nri_resmgr.dra.publisher import WATCH_RETRY, SlicePublisher
+from nri_resmgr.dra.kubeletplugin.devices import Device
+from nri_resmgr.dra.kubeletplugin.publisher import WATCH_RETRY, SlicePublisher
 from nri_resmgr.kube import Unavailable
 from nri_resmgr.kube.watch import EventType
-from nri_resmgr.resmgr.model import Device
 from tests.dra.watched_kube import WatchedKube
 
 DRIVER = "template.nri.io"
@@ -145,7 +145,7 @@ async def test_many_own_writes_are_remembered(start: Start, autojump_clock: trio
 async def test_a_failing_watch_is_logged_and_opened_again(
     start: Start, autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="nri_resmgr.dra.publisher")
+    caplog.set_level(logging.WARNING, logger="nri_resmgr.dra.kubeletplugin.publisher")
     kube = WatchedKube({NODE: "uid-1"})
     kube.watch_errors = [Unavailable(503, "ServiceUnavailable", "apiserver is starting")]
     began = trio.current_time()
@@ -172,3 +172,49 @@ async def test_the_watch_follows_the_served_api_version(
     assert kube.current_watch.resource.version == "v1beta1"
     kube.wipe(DRIVER)
     await within(WATCH_WINDOW, lambda: len(kube.by_driver(DRIVER)) == 1)
+
+
+# -- fleet scale: what it sends when nothing changes --------------------------------------
+
+
+async def test_with_a_watch_it_never_lists_and_an_idle_hour_sends_nothing(
+    autojump_clock: trio.abc.Clock, nursery: trio.Nursery
+) -> None:
+    kube = WatchedKube({NODE: "uid-1"})
+
+    async def none() -> list[Device]:
+        return []
+
+    publisher = SlicePublisher(kube, none, DRIVER, NODE, sync_timeout=5.0)  # no resync interval
+    await nursery.start(publisher.run)
+    await settled(kube, publisher, 2)  # the first sync, and the one the watch's state asked for
+    assert kube.calls == ["get", "create", "get"]  # no list: the watch told what exists
+    calls = len(kube.calls)
+    await trio.sleep(3600)
+    assert len(kube.calls) == calls
+
+
+async def test_a_sync_with_nothing_to_change_sends_nothing_when_the_node_is_followed(
+    autojump_clock: trio.abc.Clock, nursery: trio.Nursery
+) -> None:
+    kube = WatchedKube({NODE: "uid-1"})
+    node = {"metadata": {"name": NODE, "uid": "uid-1"}}
+
+    async def none() -> list[Device]:
+        return []
+
+    publisher = SlicePublisher(kube, none, DRIVER, NODE, sync_timeout=5.0, node=lambda: node)
+    await nursery.start(publisher.run)
+    await settled(kube, publisher, 2)
+    assert kube.calls == ["create"]  # the Node's UID came from the daemon's own watch
+    publisher.trigger()  # devices may have changed: they did not
+    await settled(kube, publisher, 3)
+    assert kube.calls == ["create"]
+
+    node = {"metadata": {"name": NODE, "uid": "uid-2"}}  # the Node was re-created
+    kube.nodes[NODE] = "uid-2"
+    publisher.trigger()
+    await settled(kube, publisher, 4)
+    assert kube.calls == ["create", "replace"]
+    [obj] = kube.by_driver(DRIVER)
+    assert obj["metadata"]["ownerReferences"][0]["uid"] == "uid-2"

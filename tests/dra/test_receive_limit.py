@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from nri_resmgr.dra.grpc_bridge import MAX_RECEIVE_MESSAGE
+from nri_resmgr.dra.kubeletplugin.grpclib_private import MAX_RECEIVE_MESSAGE
 from tests.dra.conftest import RunningPlugin
 from tests.dra.kubelet_client import Kubelet, _in_thread
 

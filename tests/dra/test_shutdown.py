@@ -11,68 +11,70 @@ import trio
 
 from nri_resmgr.daemon import EXIT_FATAL, Daemon
 from nri_resmgr.errors import Fatal
-from tests.dra.conftest import RunningPlugin, make_manager, make_plugin, wait_until
+from tests.dra.conftest import RunningPlugin, make_plugin, uid, wait_until
+from tests.dra.fake_driver import FakeDriver
 from tests.dra.kubelet_client import Kubelet
 
 
-async def test_stop_removes_sockets_and_drains_while_the_manager_lock_is_held(
+async def test_stop_removes_sockets_and_drains_while_the_driver_is_busy(
     running_plugin: RunningPlugin, kubelet: Kubelet
 ) -> None:
-    plugin, manager = running_plugin.plugin, running_plugin.manager
+    plugin, driver = running_plugin.plugin, running_plugin.driver
     channel = kubelet.channel(plugin.dra_socket)
-    await kubelet.prepare("v1", channel, "warm-up")  # an open connection, as kubelet keeps
+    await kubelet.prepare("v1", channel, uid("warm-up"))  # an open connection, as kubelet keeps
     in_flight: list[Any] = []
     stop_done = trio.Event()
 
     async def request_in_flight() -> None:
-        in_flight.append(await kubelet.prepare("v1", channel, "in-flight"))
+        in_flight.append(await kubelet.prepare("v1", channel, uid("in-flight")))
 
     async def stop() -> None:
         await plugin.stop()
         stop_done.set()
 
     async with trio.open_nursery() as nursery:
-        async with manager.lock:  # stands in for an NRI request being served
-            nursery.start_soon(request_in_flight)
-            await wait_until(lambda: plugin._dra.gate.in_flight == 1)
-            nursery.start_soon(stop)
+        driver.hold = trio.Event()  # stands in for the manager lock held by an NRI request
+        nursery.start_soon(request_in_flight)
+        await wait_until(lambda: plugin._dra.gate.in_flight == 1)
+        nursery.start_soon(stop)
 
-            await wait_until(
-                lambda: not plugin.dra_socket.exists() and not plugin.registration_socket.exists()
-            )
-            # Mid-drain: a new request on the open connection is refused, not queued on the lock.
-            with pytest.raises(grpc.RpcError) as refused:
-                await kubelet.prepare("v1", channel, "late")
-            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
-            assert not stop_done.is_set()
-            assert in_flight == []
-        # Lock released: the in-flight request completes, then stop does.
+        await wait_until(
+            lambda: not plugin.dra_socket.exists() and not plugin.registration_socket.exists()
+        )
+        # Mid-drain: a new request on the open connection is refused, not queued behind it.
+        with pytest.raises(grpc.RpcError) as refused:
+            await kubelet.prepare("v1", channel, uid("late"))
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert not stop_done.is_set()
+        assert in_flight == []
+        # The driver goes on: the in-flight request completes, then stop does.
+        driver.hold.set()
         with trio.fail_after(10):
             await stop_done.wait()
-    assert in_flight[0].claims["in-flight"].error == ""
+    assert in_flight[0].claims[uid("in-flight")].error == ""
 
 
 async def test_handler_cancelled_at_shutdown_answers_unavailable(
     aio_loop: object, socket_dir: Path, kubelet: Kubelet
 ) -> None:
-    manager = make_manager()
-    plugin = make_plugin(manager, socket_dir, drain_timeout=0.1)
+    driver = FakeDriver()
+    plugin = make_plugin(socket_dir, driver, drain_timeout=0.1)
     errors: list[grpc.RpcError] = []
 
     async def blocked_request(channel: grpc.Channel) -> None:
         try:
-            await kubelet.prepare("v1beta1", channel, "stuck")
+            await kubelet.prepare("v1beta1", channel, uid("stuck"))
         except grpc.RpcError as e:
             errors.append(e)
 
     async with trio.open_nursery() as nursery:
         await plugin.start(nursery)
         channel = kubelet.channel(plugin.dra_socket)
-        async with manager.lock:
-            nursery.start_soon(blocked_request, channel)
-            await wait_until(lambda: plugin._dra.gate.in_flight == 1)
-            # The drain deadline passes with the lock still held: the handler is cancelled.
-            await plugin.stop()
+        driver.hold = trio.Event()
+        nursery.start_soon(blocked_request, channel)
+        await wait_until(lambda: plugin._dra.gate.in_flight == 1)
+        # The drain deadline passes with the driver still busy: the handler is cancelled.
+        await plugin.stop()
         await wait_until(lambda: bool(errors), limit=20)
     # Not DEADLINE_EXCEEDED: the client was told, rather than left waiting for its deadline.
     assert errors[0].code() == grpc.StatusCode.UNAVAILABLE
@@ -98,16 +100,16 @@ async def serve_until_fatal(plugin: Any, sabotage: Any = None) -> Fatal:
     [
         pytest.param(lambda p: p.dra_socket.unlink(), id="dra-socket-removed"),
         pytest.param(lambda p: p.registration_socket.unlink(), id="reg-socket-removed"),
-        pytest.param(lambda p: p._dra._server.stop_accepting(), id="dra-listener-dead"),
+        pytest.param(lambda p: p._dra._grpc.stop_accepting(), id="dra-listener-dead"),
     ],
 )
 async def test_a_server_that_gives_up_is_fatal_and_removes_both_sockets(
     aio_loop: object, socket_dir: Path, sabotage: Any
 ) -> None:
-    plugin = make_plugin(make_manager(), socket_dir)
+    plugin = make_plugin(socket_dir)
     fatal = await serve_until_fatal(plugin, sabotage)
 
-    assert "DRA driver template.nri.io" in str(fatal)
+    assert "DRA driver fake.nri.io" in str(fatal)
     assert not plugin.dra_socket.exists()
     assert not plugin.registration_socket.exists()
 
@@ -115,7 +117,7 @@ async def test_a_server_that_gives_up_is_fatal_and_removes_both_sockets(
 async def test_cancellation_without_stop_still_removes_sockets(
     aio_loop: object, socket_dir: Path
 ) -> None:
-    plugin = make_plugin(make_manager(), socket_dir)
+    plugin = make_plugin(socket_dir)
     async with trio.open_nursery() as nursery:
         await plugin.start(nursery)
         assert plugin.dra_socket.exists()
@@ -127,7 +129,7 @@ async def test_cancellation_without_stop_still_removes_sockets(
 async def test_a_socket_path_taken_by_a_regular_file_is_refused(
     aio_loop: object, socket_dir: Path
 ) -> None:
-    plugin = make_plugin(make_manager(), socket_dir)
+    plugin = make_plugin(socket_dir)
     plugin.plugin_dir.mkdir(parents=True)
     plugin.dra_socket.write_text("not a socket")
     fatal = await serve_until_fatal(plugin)
@@ -138,7 +140,7 @@ async def test_a_socket_path_taken_by_a_regular_file_is_refused(
 async def test_a_dead_dra_server_ends_the_daemon_like_sigterm_with_a_nonzero_exit(
     aio_loop: object, socket_dir: Path
 ) -> None:
-    plugin = make_plugin(make_manager(), socket_dir)
+    plugin = make_plugin(socket_dir)
     daemon = Daemon([plugin], grace=5.0)
     exit_code: list[int] = []
 

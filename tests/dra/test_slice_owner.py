@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import trio
 
-from nri_resmgr.dra.slice_spec import DesiredSlice, SliceOwner
+from nri_resmgr.dra.kubeletplugin.slice_spec import DesiredSlice, SliceOwner
 from tests.dra.fake_kube import FakeKube
 from tests.dra.test_publisher import DRIVER, NODE, NODE_UID, Setup, eventually, only_slice, running
 

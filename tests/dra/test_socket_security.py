@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from nri_resmgr.errors import Fatal
-from tests.dra.conftest import make_manager, make_plugin
+from tests.dra.conftest import make_plugin
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def mode(path: Path) -> int:
 async def test_sockets_are_0600_under_umask_000(
     aio_loop: object, socket_dir: Path, open_umask: None
 ) -> None:
-    plugin = make_plugin(make_manager(), socket_dir)
+    plugin = make_plugin(socket_dir)
     modes: list[int] = []
     async with trio.open_nursery() as nursery:
         await plugin.start(nursery)
@@ -42,7 +42,7 @@ async def test_sockets_are_0600_under_umask_000(
 async def test_a_world_writable_socket_directory_is_tightened(
     aio_loop: object, socket_dir: Path
 ) -> None:
-    plugin = make_plugin(make_manager(), socket_dir)
+    plugin = make_plugin(socket_dir)
     plugin.plugin_dir.mkdir(parents=True)
     plugin.plugin_dir.chmod(0o777)
     async with trio.open_nursery() as nursery:
@@ -52,7 +52,7 @@ async def test_a_world_writable_socket_directory_is_tightened(
 
 
 async def test_a_symlinked_socket_directory_is_refused(aio_loop: object, socket_dir: Path) -> None:
-    plugin = make_plugin(make_manager(), socket_dir)
+    plugin = make_plugin(socket_dir)
     elsewhere = socket_dir / "elsewhere"
     elsewhere.mkdir()
     plugin.plugin_dir.parent.mkdir(parents=True)

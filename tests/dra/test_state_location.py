@@ -1,4 +1,4 @@
-"""Where the prepared-claims record lives and when it is fsynced (``dra.state``).
+"""Where the prepared-claims record lives and when it is fsynced (``dra.cpu.state``).
 
 The record only has to outlive the daemon (kubelet prepares the claims again after a
 reboot), so on a tmpfs it is written without fsync and anywhere else with one. Which
@@ -16,8 +16,9 @@ import pytest
 
 from nri_resmgr.cli import parse_options
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.dra import setup, state
-from nri_resmgr.dra.state import ClaimRecord, ClaimStore, PreparedResult, on_tmpfs
+from nri_resmgr.dra import setup
+from nri_resmgr.dra.cpu import state
+from nri_resmgr.dra.cpu.state import ClaimRecord, ClaimStore, PreparedResult, on_tmpfs
 from tests.peers import missing_peer
 
 SHM = Path("/dev/shm")
@@ -171,7 +172,7 @@ def test_the_choice_is_said_once_at_load(
     on_memory: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = ClaimStore(tmp_path, durable=not on_memory)
-    with caplog.at_level(logging.INFO, logger="nri_resmgr.dra.state"):
+    with caplog.at_level(logging.INFO, logger="nri_resmgr.dra.cpu.state"):
         store.load()
         store.put(record())
     said = [r.getMessage() for r in caplog.records if "DRA claims recorded in" in r.getMessage()]

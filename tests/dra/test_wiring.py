@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from nri_resmgr.dra.publisher import SlicePublisher
+from nri_resmgr.dra.kubeletplugin.publisher import SlicePublisher
 from nri_resmgr.dra.setup import build_dra_plugin
-from tests.dra.conftest import DRIVER, NODE, make_manager, wait_until
+from tests.dra.conftest import NODE, make_manager, wait_until
 from tests.dra.fake_kube import FakeKube
 from tests.dra.kubelet_client import Kubelet
+
+DRIVER = "template.nri.io"
 
 
 async def test_registration_republishes_slices_kubelet_wiped(
@@ -22,6 +24,7 @@ async def test_registration_republishes_slices_kubelet_wiped(
     plugin = build_dra_plugin(
         make_manager(), "template", enabled=True, node_name=NODE, kube=kube,
         plugins_dir=socket_dir / "plugins", registry_dir=socket_dir / "registry",
+        state_dir=socket_dir / "state", cdi_dir=socket_dir / "cdi",
     )  # fmt: skip
     assert plugin is not None and plugin.driver_name == DRIVER
     async with trio.open_nursery() as nursery:

@@ -54,3 +54,18 @@ def test_version_flag() -> None:
     )
     assert out.returncode == 0
     assert out.stdout.strip() == f"nri-resmgr {__version__}"
+
+
+def test_the_nrt_interval_is_two_seconds_unless_given() -> None:
+    assert parse_options(["--config-file", "x"], env={}).nrt_interval == 2.0
+    given = parse_options(["--config-file", "x", "--nrt-interval", "10"], env={})
+    assert given.nrt_interval == 10.0
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "soon"])
+def test_an_nrt_interval_that_is_no_positive_number_is_refused(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_options(["--config-file", "x", "--nrt-interval", bad], env={})
+    assert "--nrt-interval" in capsys.readouterr().err

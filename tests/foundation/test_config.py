@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from nri_resmgr.config import dump_document, load_document, load_file
-from nri_resmgr.config.loader import parse_yaml, structure_spec, unstructure_spec
+from nri_resmgr.config.documents import parse_yaml
+from nri_resmgr.config.loader import structure_spec, unstructure_spec
 from nri_resmgr.config.models import (
     BalloonsSpec,
     TemplateSpec,
@@ -36,8 +37,8 @@ def test_every_policy_kind_loads_from_yaml(name: str, cls: type, policy: str) ->
 def test_topology_aware_values_reach_the_model() -> None:
     spec = load_file(CONFIGS / "topology-aware.yaml").spec
     assert isinstance(spec, TopologyAwareSpec)
-    assert spec.reserved_resources.cpu == "750m"
-    assert spec.available_resources.cpu == "exclude-cpuset:0"
+    assert spec.reserved_resources.cpu.text == "750m"
+    assert spec.available_resources.cpu.text == "exclude-cpuset:0"
     assert spec.reserved_pool_namespaces == ("monitoring", "kube-*")
     assert spec.default_cpu_priority == "normal"
     assert spec.log.klog.skip_headers is True
@@ -132,7 +133,7 @@ def test_integers_are_not_booleans_and_booleans_not_integers() -> None:
 
 def test_cpu_quantity_may_be_an_unquoted_integer() -> None:
     spec = structure_spec(parse_yaml("reservedResources: {cpu: 2}"), "TemplatePolicy")
-    assert spec.reserved_resources.cpu == "2"
+    assert spec.reserved_resources.cpu.text == "2"
 
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:

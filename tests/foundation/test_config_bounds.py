@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from nri_resmgr.agent.status import MAX_STATUS_ERROR_TEXT, failure_entry
-from nri_resmgr.config.loader import load_document
-from nri_resmgr.config.validate import MAX_CPU_VALUE
+from nri_resmgr.config.documents import load_document
+from nri_resmgr.config.values import MAX_CPU_VALUE
 from nri_resmgr.cpuset import MAX_TEXT, CpuSet, CpuSetError, merge_ranges
 from nri_resmgr.errors import ConfigError
 

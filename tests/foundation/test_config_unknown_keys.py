@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from nri_resmgr.config.loader import load_document
+from nri_resmgr.config.documents import load_document
 from nri_resmgr.config.models import SPEC_KINDS
 from nri_resmgr.errors import ConfigError
 
@@ -57,5 +57,5 @@ def test_known_keys_in_the_same_places_load(kind: str) -> None:
     doc = load_document(
         document(kind, status={}, spec={"availableResources": {"cpu": "cpuset:0-1"}})
     )
-    assert doc.spec.reserved_resources.cpu == "750m"
-    assert doc.spec.available_resources.cpu == "cpuset:0-1"
+    assert doc.spec.reserved_resources.cpu.text == "750m"
+    assert doc.spec.available_resources.cpu.text == "cpuset:0-1"

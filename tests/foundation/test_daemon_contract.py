@@ -1,6 +1,6 @@
 """What the daemon tells the operator, and ``until_signalled``, in-process.
 
-The log lines are part of the contract (the README quotes them; process tests grep for
+The log lines are part of the contract (docs/troubleshooting.md quotes them; process tests grep for
 them). (Written to kill the mutants `nox -s mutation` found surviving in daemon.py.)
 """
 

@@ -31,7 +31,7 @@ async def test_an_edit_is_applied(tmp_path: Path) -> None:
     path, manager, watcher = setup(tmp_path)
     write(path, "  reservedResources: {cpu: '2'}\n")
     await watcher.check()
-    assert manager.spec.reserved_resources.cpu == "2"
+    assert manager.spec.reserved_resources.cpu.text == "2"
     assert watcher.applied == 1
 
 
@@ -53,7 +53,7 @@ async def test_a_bad_edit_is_rejected_and_the_old_config_stays(tmp_path: Path) -
     # Fixing the file applies it.
     write(path, "  reservedResources: {cpu: 500m}\n")
     await watcher.check()
-    assert manager.spec.reserved_resources.cpu == "500m"
+    assert manager.spec.reserved_resources.cpu.text == "500m"
 
 
 async def test_turning_dra_on_in_the_file_asks_for_a_restart(tmp_path: Path) -> None:
@@ -79,7 +79,24 @@ async def test_the_service_polls_until_stopped(tmp_path: Path) -> None:
         await nursery.start(watcher.serve)
         write(path, "  reservedResources: {cpu: '3'}\n")
         with trio.fail_after(5):
-            while manager.spec.reserved_resources.cpu != "3":
+            while manager.spec.reserved_resources.cpu.text != "3":
                 await trio.sleep(0.01)
         await watcher.stop()
     assert watcher.applied == 1
+
+
+async def test_a_reload_nested_3000_deep_is_rejected_and_the_old_config_stays(
+    tmp_path: Path,
+) -> None:
+    path, manager, watcher = setup(tmp_path)
+    before = manager.spec
+    write(path, "  reservedResources: {cpu: 750m}\n  x: " + "[" * 3000 + "]" * 3000 + "\n")
+    await watcher.check()
+    assert manager.spec is before
+    assert watcher.rejected == 1
+    assert watcher.last_error == (
+        f"{path}: invalid YAML at line 5, column 67: nested deeper than 64 levels"
+    )
+    write(path, "  reservedResources: {cpu: 500m}\n")
+    await watcher.check()
+    assert manager.spec.reserved_resources.cpu.text == "500m"

@@ -1,8 +1,9 @@
 """The floor plan: which room (top-level package or module of ``nri_resmgr``) imports which.
 
-The README's layout table is the map: one row per room with its floor and the rooms it
-imports. These tests read every import of the package from its source (module level,
-``TYPE_CHECKING`` blocks and function bodies alike) and hold the code to that map:
+The layout table of docs/development.md ("Layout") is the map: one row per room with its
+floor and the rooms it imports. These tests read every import of the package from its
+source (module level, ``TYPE_CHECKING`` blocks and function bodies alike) and hold the
+code to that map:
 
 - each room imports exactly the rooms its row names, and only rooms on lower floors;
 - no module imports itself back through others, hidden or not;
@@ -23,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "nri_resmgr"
-README = ROOT / "README.md"
+LAYOUT = ROOT / "docs" / "development.md"
 
 _START_UP = "start-up imports only what this run uses"
 DEFERRED: dict[tuple[str, str], str] = {
@@ -31,6 +32,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("__main__", "sim.command"): f"{_START_UP}: simulate needs no daemon services",
     ("__main__", "sim.demo"): f"{_START_UP}: the demo needs no daemon services",
     ("app", "agent.agent"): f"{_START_UP}: without cluster access no config agent",
+    ("app", "agent.report"): f"{_START_UP}: without cluster access no config agent",
+    ("app", "observability.nrt"): f"{_START_UP}: NRT export needs a cluster",
     ("app", "kube"): f"{_START_UP}: without cluster access no httpx",
     ("app", "dra.setup"): f"{_START_UP}: without DRA no grpclib and no trio-asyncio",
     ("observability.setup", "kube"): f"{_START_UP}: without cluster access no httpx",
@@ -126,14 +129,15 @@ class Row:
 
 
 def layout_table() -> dict[str, Row]:
-    """The README's layout rows for ``nri_resmgr/`` rooms: floor, path, what, imports."""
+    """The layout rows (docs/development.md) for ``nri_resmgr/`` rooms: floor, path, what,
+    imports."""
     rows: dict[str, Row] = {}
-    for line in README.read_text().splitlines():
+    for line in LAYOUT.read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) != 4 or not cells[0].isdigit():
             continue
         path = re.fullmatch(r"`nri_resmgr/(.+)`", cells[1])
-        assert path, f"README layout: a room is a `nri_resmgr/...` path, not {cells[1]}"
+        assert path, f"layout table: a room is a `nri_resmgr/...` path, not {cells[1]}"
         named = re.findall(r"`([^`]+)`", cells[3])
         rows[path.group(1)] = Row(int(cells[0]), frozenset(named))
     return rows

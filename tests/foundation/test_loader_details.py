@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from nri_resmgr.config.loader import dump_document, load_document, parse_yaml, structure_spec
+from nri_resmgr.config.documents import dump_document, load_document, parse_yaml
+from nri_resmgr.config.loader import structure_spec
 from nri_resmgr.errors import ConfigError
 
 SPEC = {"reservedResources": {"cpu": "750m"}}

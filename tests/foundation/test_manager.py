@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 import trio
 import trio.testing
 
+from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.config.loader import structure_spec
 from nri_resmgr.config.models import PolicySpec
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
+from nri_resmgr.nri.handlers import PLUGIN_SERVICE, PluginHandlers
 from nri_resmgr.policies import create_policy
 from nri_resmgr.policies.template import TemplatePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
-from nri_resmgr.resmgr.model import Adjustment, ClaimResult, Container, Pod, Update
+from nri_resmgr.resmgr.model import Adjustment, ClaimGrant, Container, Pod, Update
 from nri_resmgr.resmgr.policy import PolicyBase, PolicyEnv
 
 
 def spec(extra: str = "") -> PolicySpec:
-    from nri_resmgr.config.loader import parse_yaml
+    from nri_resmgr.config.documents import parse_yaml
 
     return structure_spec(parse_yaml(f"reservedResources: {{cpu: 1}}\n{extra}"), "TemplatePolicy")
 
@@ -45,10 +46,10 @@ class OverlapDetector(PolicyBase):
         self.inside -= 1
         return Adjustment(cpuset_cpus="0"), []
 
-    def prepare_claims(self, claim_uids: Sequence[str]) -> list[ClaimResult]:
+    def claim_cpus(self, claim: ClaimGrant) -> list[Update]:
         self._enter("prepare")
         self.inside -= 1
-        return [ClaimResult(claim_uid=u) for u in claim_uids]
+        return []
 
 
 async def test_nri_and_kubelet_requests_are_serialized_by_one_lock() -> None:
@@ -71,14 +72,20 @@ async def test_nri_and_kubelet_requests_are_serialized_by_one_lock() -> None:
 
 
 async def _create(manager: ResourceManager, pod: Pod, order: list[str]) -> None:
-    adj, _ = await manager.create_container(pod, Container(id="c", pod_id="p", name="c"))
-    assert adj.cpuset_cpus == "0"
+    """CreateContainer as the NRI server runs it when the lock is taken: its task waits."""
+    handlers = PluginHandlers(manager, lambda updates: None)
+    create = handlers.service()[PLUGIN_SERVICE]["CreateContainer"]
+    request = api.CreateContainerRequest(
+        pod=api.PodSandbox(id=pod.id, name=pod.name, namespace=pod.namespace),
+        container=api.Container(id="c", pod_sandbox_id=pod.id, name="c"),
+    )
+    reply = api.CreateContainerResponse().parse(await create.call(bytes(request)))
+    assert reply.adjust.linux.resources.cpu.cpus == "0"
     order.append("create")
 
 
 async def _prepare(manager: ResourceManager, order: list[str]) -> None:
-    results = await manager.prepare_claims(["uid-1"])
-    assert results == [ClaimResult(claim_uid="uid-1")]
+    await manager.claim_cpus(ClaimGrant("uid-1", "default", CpuSet([1]), "k" * 32, "x/cpu=c"))
     order.append("prepare")
 
 
@@ -114,7 +121,8 @@ def test_policy_selection_by_name() -> None:
 async def test_template_policy_changes_nothing() -> None:
     manager = ResourceManager(TemplatePolicy(), spec(), PolicyEnv())
     pod = Pod(id="p", name="p", namespace="default")
-    adj, updates = await manager.create_container(pod, Container(id="c", pod_id="p", name="c"))
-    assert adj.is_empty()
-    assert updates == []
-    assert await manager.synchronize([pod], []) == []
+    async with manager.lock:
+        adj, updates = manager.create_container(pod, Container(id="c", pod_id="p", name="c"))
+        assert adj.is_empty()
+        assert updates == []
+        assert manager.synchronize([pod], []) == []

@@ -1,5 +1,6 @@
-"""The README's process contract: SIGINT like SIGTERM, a second signal cancels without waiting,
-and an invalid initial configuration exits 2 with one line per problem."""
+"""The process contract (docs/getting-started.md, "Running the daemon by hand"): SIGINT like
+SIGTERM, a second signal cancels without waiting, and an invalid initial configuration exits 2
+with one line per problem."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nri_resmgr.config.loader import parse_yaml, structure_spec
+from nri_resmgr.config.documents import parse_yaml
+from nri_resmgr.config.loader import structure_spec
 from nri_resmgr.errors import ConfigError
 
 RESERVED = "reservedResources: {cpu: 750m}\n"
@@ -95,8 +96,17 @@ def test_a_bad_report_period_is_named() -> None:
 
 
 def test_balloon_problems_add_to_the_others() -> None:
-    body = "reservedResources: {cpu: 1, memory: lots}\nballoonTypes: [{name: ''}]\n"
+    body = RESERVED + "instrumentation: {reportPeriod: soon}\nballoonTypes: [{name: ''}]\n"
     assert problems(body) == [
         f"{BT}.name: must not be empty",
+        "spec.instrumentation.reportPeriod: expected a duration such as '30s', got 'soon'",
+    ]
+
+
+def test_a_quantity_problem_adds_to_the_other_problems_of_the_loader() -> None:
+    # Quantities are parsed where the document is structured, with the key types.
+    body = "reservedResources: {cpu: 1, memory: lots}\npinCPU: yes\n"
+    assert problems(body) == [
+        "spec.pinCPU: expected a boolean, got 'yes'",
         "spec.reservedResources.memory: expected a memory quantity, got 'lots'",
     ]

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from nri_resmgr.config.loader import parse_yaml
+from nri_resmgr.config.documents import parse_yaml
 from tests.helm.structural import validate
 
 ROOT = Path(__file__).resolve().parents[2]

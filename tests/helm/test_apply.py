@@ -8,6 +8,7 @@ the agent does and no more, with ResourceSlice access exactly when DRA is on.
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -432,6 +433,13 @@ def nrt(name: str) -> dict[str, Any]:
     }
 
 
+def apply_nrt(api: httpx.Client, body: dict[str, Any]) -> httpx.Response:
+    """A dry-run server-side apply of an NRT object, as the agent's NRT writer sends it."""
+    return api.patch(f"{NRTS}/{body['metadata']['name']}", content=json.dumps(body),
+                     params={"dryRun": "All", "fieldManager": "nri-resmgr", "force": "true"},
+                     headers={"Content-Type": "application/apply-patch+yaml"})  # fmt: skip
+
+
 def nrt_crd_or_missing() -> dict[str, Any]:
     try:
         return nrt_crd()
@@ -474,15 +482,17 @@ def test_the_agent_writes_only_its_own_nodes_noderesourcetopology(
                 "may only write the NodeResourceTopology object of its own node, not "
                 "node-3" in message(denied_create())
             )
-            theirs = agent.get(f"{NRTS}/node-2").json()
-            theirs["zones"] = [{"name": "forged", "type": "Node"}]
-            put = agent.put(f"{NRTS}/node-2", json=theirs, params={"dryRun": "All"})
-            assert put.status_code == 422 and "not node-2" in message(put), put.text
-            own = agent.get(f"{NRTS}/node-1").json()
-            own["zones"] = [{"name": "node-0", "type": "Node"}]
-            ok = agent.put(f"{NRTS}/node-1", json=own, params={"dryRun": "All"})
+            # The agent writes by server-side apply (a PATCH, admitted as an UPDATE here).
+            theirs = nrt("node-2") | {"zones": [{"name": "forged", "type": "Node"}]}
+            forged = apply_nrt(agent, theirs)
+            assert forged.status_code == 422 and "not node-2" in message(forged), forged.text
+            own = nrt("node-1") | {"zones": [{"name": "node-0", "type": "Node"}]}
+            ok = apply_nrt(agent, own)
             assert ok.status_code == 200, ok.text
-            assert agent.delete(f"{NRTS}/node-1").status_code == 403  # no delete in RBAC
+            # Nothing but create and patch in RBAC: no reads, no PUT, no delete.
+            assert agent.get(f"{NRTS}/node-1").status_code == 403
+            assert agent.put(f"{NRTS}/node-1", json=own).status_code == 403
+            assert agent.delete(f"{NRTS}/node-1").status_code == 403
         with agent_on(server, account, None) as nodeless:
             refused = nodeless.post(NRTS, json=nrt("node-1"), params={"dryRun": "All"})
             assert refused.status_code == 422 and "name no node" in message(refused)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from nri_resmgr.cli import parse_options
-from nri_resmgr.config.loader import load_document
+from nri_resmgr.config.documents import load_document
 from tests.helm.conftest import DRA_STATES, NAMESPACE, Helm
 from tests.helm.crds import POLICIES, admit, chart, committed_crd, documents
 
@@ -63,7 +63,7 @@ DRA_ARGS = [
 NRT_RULE = {
     "apiGroups": ["topology.node.k8s.io"],
     "resources": ["noderesourcetopologies"],
-    "verbs": ["get", "create", "update"],
+    "verbs": ["create", "patch"],
 }
 
 Render = Callable[[str, str], str]
@@ -285,6 +285,8 @@ def test_rbac_is_least_privilege(render: Render, policy: str) -> None:
     assert one(docs, "Role")["rules"] == [
         {"apiGroups": ["config.nri"], "resources": [plural], "verbs": ["list", "watch"]},
         {"apiGroups": ["config.nri"], "resources": [f"{plural}/status"], "verbs": ["patch"]},
+        # A result that does not fit into a CR's bounded status is an Event on it.
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
     assert one(docs, "ClusterRole")["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},

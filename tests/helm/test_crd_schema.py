@@ -12,6 +12,7 @@ import pytest
 from nri_resmgr.config.fields import key_of
 from nri_resmgr.config.loader import structure_spec, unstructure_spec
 from nri_resmgr.config.models import SPEC_BY_POLICY, Constraints
+from nri_resmgr.config.values import VALUE_TYPES
 from nri_resmgr.errors import ConfigError
 from tests.helm.crds import CONFIGS, POLICIES, admit, committed_crd, load_sample, openapi
 from tests.helm.structural import structural_problems, validate
@@ -107,13 +108,27 @@ def test_cpu_pattern_agrees_with_loader() -> None:
     reserved = openapi(committed_crd("template"))["properties"]["spec"]["properties"][
         "reservedResources"
     ]
-    for cpu in ("750m", "2", 2, "1.5", "cpuset:0-3,8", "cpuset: 1, 3-4"):
+    good = ("750m", "2", 2, "1.5", "1.", "+2", "1e3", "2500u", "cpuset:0-3,8", "cpuset: 1, 3-4")
+    for cpu in good:
         assert validate({"cpu": cpu}, reserved) == [], cpu
         structure_spec({"reservedResources": {"cpu": cpu}}, "TemplatePolicy")
-    for cpu in ("lots", "cpuset:", "cpuset:a-b", "-1", True):
+    for cpu in ("lots", "cpuset:", "cpuset:a-b", "-1", "1x", " 2", "1e", "2 ", True):
         assert validate({"cpu": cpu}, reserved) != [], cpu
         with pytest.raises(ConfigError):
             structure_spec({"reservedResources": {"cpu": cpu}}, "TemplatePolicy")
+
+
+def test_memory_pattern_agrees_with_loader() -> None:
+    reserved = openapi(committed_crd("template"))["properties"]["spec"]["properties"][
+        "reservedResources"
+    ]
+    for memory in ("1Gi", "512M", 1024, "1e9", "+1Ki", ".5Gi"):
+        assert validate({"cpu": "1", "memory": memory}, reserved) == [], memory
+        structure_spec({"reservedResources": {"cpu": "1", "memory": memory}}, "TemplatePolicy")
+    for memory in ("lots", "1GB", "-1Gi", "cpuset:0"):
+        assert validate({"cpu": "1", "memory": memory}, reserved) != [], memory
+        with pytest.raises(ConfigError):
+            structure_spec({"reservedResources": {"cpu": "1", "memory": memory}}, "TemplatePolicy")
 
 
 # -- the schema and the models agree ------------------------------------------------------
@@ -132,7 +147,10 @@ def _model_paths(cls: type, prefix: str = "") -> dict[str, attrs.Attribute[Any]]
 
 def _type_paths(t: Any, path: str) -> dict[str, attrs.Attribute[Any]]:
     if get_origin(t) in (typing.Union, types.UnionType):
-        (t,) = [a for a in get_args(t) if a is not type(None)]
+        options = [a for a in get_args(t) if a is not type(None)]
+        if all(a in VALUE_TYPES for a in options):
+            return {}  # one typed value (config/values.py), not a section of keys
+        (t,) = options
     if t is Constraints or (isinstance(t, type) and attrs.has(t)):
         return _model_paths(t, path + ".")
     origin, args = get_origin(t), get_args(t)
@@ -202,6 +220,17 @@ def _example(schema: dict[str, Any]) -> Any:
     return {"boolean": True, "integer": 3, "string": "30s"}[kind]
 
 
+def _consistent_dra(spec: dict[str, Any], policy: str) -> None:
+    """Grouped CPU devices are topology-aware's, and name a cpuset; the other policies keep
+    per-CPU mode, where the grouped keys are refused."""
+    dra = spec["dra"]
+    if policy == "topology-aware":
+        dra["groupedCPUs"] = "8-15"
+    else:
+        dra["cpuDeviceMode"] = "individual"
+        del dra["groupBy"], dra["groupedCPUs"]
+
+
 def _consistent_balloons(spec: dict[str, Any]) -> None:
     """Make the generated balloons example meet the cross-field rules: expression keys name
     a label, and a component is another balloon type."""
@@ -214,11 +243,20 @@ def _consistent_balloons(spec: dict[str, Any]) -> None:
     spec["balloonTypes"][0]["components"][0]["balloonType"] = "part"
 
 
+def _consistent_topology_aware(spec: dict[str, Any]) -> None:
+    """A pod QoS scheduling class is keyed by a QoS class (the class names the generated
+    example gives, ``30s``, are defined by it)."""
+    spec["podQoSSchedulingClasses"] = {"Guaranteed": spec["schedulingClasses"][0]["name"]}
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_spec_using_every_schema_key_loads_and_round_trips(policy: str) -> None:
     spec = _example(_spec_schema(policy))
     if policy == "balloons":
         _consistent_balloons(spec)
+    if policy == "topology-aware":
+        _consistent_topology_aware(spec)
+    _consistent_dra(spec, policy)
     assert validate(spec, _spec_schema(policy)) == []
     kind = SPEC_BY_POLICY[policy].kind
     model = structure_spec(spec, kind)

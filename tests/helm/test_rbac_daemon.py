@@ -54,6 +54,9 @@ PATHS = {
     "ValidatingAdmissionPolicy": VAP_PATH,
     "ValidatingAdmissionPolicyBinding": VAP_BINDING_PATH,
     "DeviceClass": "/apis/resource.k8s.io/v1/deviceclasses",
+    "FlowSchema": "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas",
+    "PriorityLevelConfiguration": "/apis/flowcontrol.apiserver.k8s.io/v1/"
+    "prioritylevelconfigurations",
     "TopologyAwarePolicy": f"/apis/config.nri/v1alpha1/namespaces/{NAMESPACE}/"
     "topologyawarepolicies",
 }

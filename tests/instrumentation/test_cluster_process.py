@@ -101,7 +101,13 @@ async def test_the_daemon_exports_its_nrt_and_reports_a_busy_port_in_the_cr_stat
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=out, env=env)
     try:
         obj = await until(lambda: client.get(NODE_RESOURCE_TOPOLOGIES, node))
-        assert obj["attributes"] == [{"name": "TopologyPolicy", "value": "topology-aware"}]
+        # The node's config report rides on its NRT, in its first write (docs/fleet.md).
+        assert obj["attributes"] == [
+            {"name": "TopologyPolicy", "value": "topology-aware"},
+            {"name": "nri-resmgr.io/config", "value": f"TopologyAwarePolicy {ns}/default"},
+            {"name": "nri-resmgr.io/config-generation", "value": "1"},
+            {"name": "nri-resmgr.io/config-status", "value": "Success"},
+        ]
         assert [z["name"] for z in obj["zones"]][:2] == ["root", "socket #0"]
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=GUARD) as http:
             ready = await until(lambda: http.get("/readyz"))
@@ -126,6 +132,16 @@ async def test_the_daemon_exports_its_nrt_and_reports_a_busy_port_in_the_cr_stat
                 entry = await until(failure)
             assert f"httpEndpoint: cannot listen on 127.0.0.1:{busy}" in entry["errors"]
             assert entry["generation"] == 2
+
+            async def reported() -> dict[str, str] | None:
+                got = await client.get(NODE_RESOURCE_TOPOLOGIES, node)
+                attributes = {a["name"]: a["value"] for a in got["attributes"]}
+                done = attributes.get("nri-resmgr.io/config-generation") == "2"
+                return attributes if done else None
+
+            attributes = await until(reported)
+            assert attributes["nri-resmgr.io/config-status"] == "Failure"
+            assert f"cannot listen on 127.0.0.1:{busy}" in attributes["nri-resmgr.io/config-errors"]
             # The old endpoint still serves, and the refusal is counted.
             metrics = (await http.get("/metrics")).text
             assert 'nri_resmgr_config_reloads_total{outcome="refused"} 1.0' in metrics

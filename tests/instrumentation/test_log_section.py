@@ -24,13 +24,13 @@ def clean_logging() -> Iterator[None]:
 
 def test_debug_names_sources_in_our_and_upstream_spelling() -> None:
     logconfig.configure(LogConfig(debug=("dra,resource-manager", "nri:off")))
-    assert logging.getLogger("nri_resmgr.dra.plugin").isEnabledFor(logging.DEBUG)
+    assert logging.getLogger("nri_resmgr.dra.kubeletplugin.plugin").isEnabledFor(logging.DEBUG)
     assert logging.getLogger("nri_resmgr.resmgr.manager").isEnabledFor(logging.DEBUG)
     assert not logging.getLogger("nri_resmgr.nri.service").isEnabledFor(logging.DEBUG)
     assert not logging.getLogger("nri_resmgr.kube.watch").isEnabledFor(logging.DEBUG)
     # A new section replaces the old one: dra is back at the base level.
     logconfig.configure(LogConfig(debug=("none",)))
-    assert not logging.getLogger("nri_resmgr.dra.plugin").isEnabledFor(logging.DEBUG)
+    assert not logging.getLogger("nri_resmgr.dra.kubeletplugin.plugin").isEnabledFor(logging.DEBUG)
 
 
 def test_debug_all_turns_on_every_logger_of_ours() -> None:

@@ -10,7 +10,7 @@ from grpclib.exceptions import GRPCError
 
 from nri_resmgr._gen import pluginregistration as pb
 from nri_resmgr.config.models import BalloonType
-from nri_resmgr.dra.registration import Registrar
+from nri_resmgr.dra.kubeletplugin.registration import Registrar
 from nri_resmgr.instrumentation.exports import PolicyGauge
 from nri_resmgr.instrumentation.health import READINESS
 from nri_resmgr.policies.balloons import BalloonsPolicy
@@ -54,7 +54,7 @@ def test_topology_aware_gauges_count_containers_per_zone(tmp_path: Path) -> None
     start(policy, tmp_path, N4C16, topology_spec(reserved="cpuset:0"))
     pod, ctr = guaranteed("g", 1000)
     policy.create_container(pod, ctr)
-    a = policy.engine.cache.get(ctr.id)
+    a = policy.engine.allocation(ctr.id)
     assert a is not None
     gauges = policy.gauges()
     count = "nri_policy_topologyaware_zone_container_count"

@@ -13,7 +13,8 @@ import pytest
 import trio
 
 from nri_resmgr.config.models import InstrumentationConfig, PolicySpec, TemplateSpec
-from nri_resmgr.dra.service import ClaimRef, ClaimService
+from nri_resmgr.dra.kubeletplugin.claims import ClaimRef
+from nri_resmgr.dra.kubeletplugin.node_service import ClaimService
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.instrumentation.health import Readiness
 from nri_resmgr.instrumentation.metrics import CONFIG_RELOADS, DRA_REQUESTS, REGISTRY
@@ -22,6 +23,7 @@ from nri_resmgr.observability.server import HttpService
 from nri_resmgr.policies import create_policy
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.policy import PolicyEnv
+from tests.dra.fake_driver import DRIVER, AllocatedEverywhere, LockedDriver, uid
 
 
 def free_port() -> int:
@@ -112,8 +114,9 @@ async def test_a_port_in_use_at_start_is_logged_and_nothing_else_stops(
             await trio.testing.wait_all_tasks_blocked()
         assert f"cannot listen on 127.0.0.1:{port}" in caplog.text
         assert http.bound is None
-        # The manager (and so NRI and DRA) carries on: a claim is still answered.
-        assert [r.claim_uid for r in await manager.prepare_claims(["u1"])] == ["u1"]
+        # The manager (and so NRI and DRA) carries on: its lock is free, its devices answer.
+        assert not manager.lock.locked()
+        assert await manager.dra_devices() == []
         await http.stop()
 
 
@@ -169,12 +172,13 @@ async def test_stalled_http_clients_do_not_hold_up_dra_claims(running: Running) 
         s = await trio.open_tcp_stream("127.0.0.1", running.port)
         await s.send_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # headers never end
         stalled.append(s)
-    claims = ClaimService(running.manager, "template.nri.io", "node")
+    claims = ClaimService(LockedDriver(running.manager.lock), DRIVER, AllocatedEverywhere())  # type: ignore[arg-type]
     before = DRA_REQUESTS.labels("NodePrepareResources", "ok")._value.get()
+    claim = uid("u1")
     with trio.fail_after(30):
-        outcome = await claims.prepare([ClaimRef(uid="u1", namespace="ns", name="c")])
+        outcome = await claims.prepare([ClaimRef(claim, "default", f"claim-{claim}")])
         assert (await get(running.port, "/healthz")).status_code == 200
-    assert outcome["u1"].error == ""
+    assert outcome[claim].error == ""
     assert DRA_REQUESTS.labels("NodePrepareResources", "ok")._value.get() == before + 1
     assert b"nri_resmgr_dra_requests_total" in _exposition()
     for s in stalled:

@@ -23,7 +23,7 @@ import httpx
 import trio
 
 from nri_resmgr.kube import ClusterConfig, load_kubeconfig
-from tests.kube.gobuild import BuildError, ensure_binaries
+from tests.kube.gobuild import KUBERNETES_VERSION, BuildError, ensure_binaries
 from tests.peers import missing_peer
 
 ADMIN_TOKEN = "admin-token-for-tests"
@@ -77,6 +77,8 @@ class ApiServer:
     port: int = attrs.field(factory=stable_port)
     etcd_port: int = attrs.field(factory=stable_port)
     etcd_peer_port: int = attrs.field(factory=stable_port)
+    flags: tuple[str, ...] = ()
+    """More kube-apiserver flags, after (so overriding) the defaults below."""
     _etcd_proc: subprocess.Popen[bytes] | None = None
     _api_proc: subprocess.Popen[bytes] | None = None
 
@@ -123,7 +125,7 @@ class ApiServer:
                 "--enable-admission-plugins=NamespaceLifecycle",
                 "--disable-admission-plugins=ServiceAccount",
                 "--enable-priority-and-fairness=false", "--profiling=false",
-                "--endpoint-reconciler-type=none"]  # fmt: skip
+                "--endpoint-reconciler-type=none", *self.flags]  # fmt: skip
         self._api_proc = _spawn(args, w / "kube-apiserver.log")
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
@@ -210,17 +212,19 @@ class ApiServer:
         return resp.status_code == 200
 
 
-def start_apiserver(workdir: Path) -> ApiServer:
-    """Builds (if needed) and starts etcd + kube-apiserver.
+def start_apiserver(
+    workdir: Path, version: str = KUBERNETES_VERSION, flags: tuple[str, ...] = ()
+) -> ApiServer:
+    """Builds (if needed) and starts etcd + kube-apiserver ``version``, with ``flags`` added.
 
     A failed build fails the test under CI=true and skips it elsewhere (``tests/peers.py``);
     a server that is built but does not start is always an error.
     """
     try:
-        kube_apiserver, etcd = ensure_binaries()
+        kube_apiserver, etcd = ensure_binaries(version)
     except BuildError as exc:
-        missing_peer(f"kube-apiserver/etcd peer cannot be built here: {exc}")
-    server = ApiServer(workdir, kube_apiserver, etcd)
+        missing_peer(f"kube-apiserver {version}/etcd peer cannot be built here: {exc}")
+    server = ApiServer(workdir, kube_apiserver, etcd, flags=flags)
     _make_credentials(workdir)
     _write_kubeconfig(server)
     server.start_etcd()

@@ -4,14 +4,18 @@ k8s.io/kubernetes cannot be ``go install``-ed by version: its go.mod points the 
 modules at ./staging through replace directives, which only a main module may carry. So each
 binary gets a throwaway main module in the cache that requires the upstream module (and, for
 Kubernetes, replaces every staging module by its published v0.x twin) and builds the command
-from the module cache. A binary already present is reused; delete it to rebuild.
+from the module cache. Each Kubernetes version (``KUBERNETES_VERSIONS``; ``KUBERNETES_VERSION``
+is the suite's default) builds into its own wrapper module (``build/<name>-<version>``) and
+binary (``bin/<name>-<version>``), stamped with kube's version ldflags (so ``--version`` tells
+the truth) and a hash of what was built; a binary whose stamp matches is reused.
 
-Run as ``python -m tests.kube.gobuild`` (the nox ``apiserver`` session does) or let the
-integration fixture call ``ensure_binaries()``.
+Run as ``python -m tests.kube.gobuild [VERSION ...]`` (the nox ``apiserver`` session does) or
+let the integration fixture call ``ensure_binaries()``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -21,6 +25,9 @@ import time
 from pathlib import Path
 
 KUBERNETES_VERSION = "v1.35.4"
+"""The suite's default Kubernetes peers (the session API server, kubelet's DRA code)."""
+KUBERNETES_VERSIONS = ("v1.35.4", "v1.36.3", "v1.37.2")
+"""Every version the suite or a nox session runs a real peer of."""
 ETCD_VERSION = "v3.6.16"
 KUBE_APISERVER_PKG = "k8s.io/kubernetes/cmd/kube-apiserver"
 ETCD_PKG = "go.etcd.io/etcd/server/v3"
@@ -39,52 +46,114 @@ def bin_dir() -> Path:
     return cache_dir() / "bin"
 
 
-def kube_apiserver_path() -> Path:
-    return bin_dir() / "kube-apiserver"
+def versioned_path(name: str, version: str) -> Path:
+    """Where the peer ``name`` built from Kubernetes ``version`` lives."""
+    if version not in KUBERNETES_VERSIONS:
+        raise BuildError(f"Kubernetes {version} is not one of {', '.join(KUBERNETES_VERSIONS)}")
+    return bin_dir() / f"{name}-{version}"
+
+
+def kube_apiserver_path(version: str = KUBERNETES_VERSION) -> Path:
+    return versioned_path("kube-apiserver", version)
 
 
 def etcd_path() -> Path:
     return bin_dir() / "etcd"
 
 
-def ensure_binaries() -> tuple[Path, Path]:
+def ensure_binaries(version: str = KUBERNETES_VERSION) -> tuple[Path, Path]:
     """Both binaries, built on first use; raises ``BuildError`` when a build is impossible."""
-    if shutil.which("go") is None:
-        if kube_apiserver_path().exists() and etcd_path().exists():
-            return kube_apiserver_path(), etcd_path()
-        raise BuildError("the Go toolchain (go) is not on PATH")
-    return ensure_kube_apiserver(), ensure_etcd()
+    return ensure_kube_apiserver(version), ensure_etcd()
 
 
 def ensure_etcd() -> Path:
     out = etcd_path()
     if not out.exists():
+        _need_go()
         workdir = _fresh_module("etcd")
         _go(workdir, "get", "-tool", f"{ETCD_PKG}@{ETCD_VERSION}")
         _build(workdir, ETCD_PKG, out)
     return out
 
 
-def ensure_kube_apiserver() -> Path:
-    out = kube_apiserver_path()
-    if not out.exists():
-        workdir = kube_module("kube-apiserver")
-        _go(workdir, "get", "-tool", f"{KUBE_APISERVER_PKG}@{KUBERNETES_VERSION}")
-        _build(workdir, KUBE_APISERVER_PKG, out)
+def ensure_kube_apiserver(version: str = KUBERNETES_VERSION) -> Path:
+    return ensure_kube_command("kube-apiserver", KUBE_APISERVER_PKG, version)
+
+
+def ensure_kube_command(name: str, package: str, version: str) -> Path:
+    """``package`` (a command of k8s.io/kubernetes) at ``version``, with kube's version
+    ldflags, built when missing or stale."""
+    out = versioned_path(name, version)
+    flags = ("-ldflags", version_ldflags(version))
+    digest = build_digest(f"{package}@{version}", *flags)
+    if is_current(out, digest):
+        return out
+    workdir = kube_module(name, version)
+    _go(workdir, "get", "-tool", f"{package}@{version}")
+    _build(workdir, package, out, *flags)
+    stamp(out, digest)
     return out
 
 
-STAGING_VERSION = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
-"""What k8s.io/kubernetes' staging modules (api, client-go, ...) are published as."""
+def version_ldflags(version: str) -> str:
+    """What ``--version`` and the client's user agent report (kube's own build sets them;
+    without them a binary says v0.0.0-master)."""
+    minor = version.split(".")[1]
+    return " ".join(
+        f"-X '{pkg}.{key}={value}'"
+        for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+        for key, value in (("gitVersion", version), ("gitMajor", "1"), ("gitMinor", minor))
+    )
 
 
-def kube_module(name: str) -> Path:
+def build_digest(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _stamp_path(out: Path) -> Path:
+    return out.with_name(out.name + ".sha256")
+
+
+def is_current(out: Path, digest: str) -> bool:
+    """Whether ``out`` exists and was built from what ``digest`` hashes; raises
+    ``BuildError`` when it must be built and cannot (no Go)."""
+    stamp_file = _stamp_path(out)
+    if out.exists() and stamp_file.exists() and stamp_file.read_text().strip() == digest:
+        return True
+    _need_go()
+    return False
+
+
+def stamp(out: Path, digest: str) -> None:
+    _stamp_path(out).write_text(digest + "\n")
+
+
+def _need_go() -> None:
+    if shutil.which("go") is None:
+        raise BuildError("the Go toolchain (go) is not on PATH")
+
+
+def staging_version(version: str) -> str:
+    """What k8s.io/kubernetes' staging modules (api, client-go, ...) are published as."""
+    return "v0." + version.removeprefix("v1.")
+
+
+STAGING_VERSION = staging_version(KUBERNETES_VERSION)
+
+
+def kube_module(name: str, version: str = KUBERNETES_VERSION) -> Path:
     """A fresh wrapper module requiring nothing yet, with every staging module of
-    k8s.io/kubernetes@KUBERNETES_VERSION replaced by its published twin: the base the
-    kube-apiserver, kubelet-peer and kube-scheduler builds share (and their Go caches)."""
-    workdir = _fresh_module(name)
-    _go(workdir, "mod", "download", f"k8s.io/kubernetes@{KUBERNETES_VERSION}")
-    _write_replaces(workdir, _staging_modules(_upstream_go_mod(workdir)), STAGING_VERSION)
+    k8s.io/kubernetes@version replaced by its published twin: the base the kube-apiserver,
+    kubelet-peer and kube-scheduler builds share (and their Go caches). One directory per
+    name and version, so builds of other versions (other worktrees) are left alone."""
+    workdir = _fresh_module(f"{name}-{version}")
+    _go(workdir, "mod", "download", f"k8s.io/kubernetes@{version}")
+    modules = _staging_modules(_upstream_go_mod(workdir, version))
+    _write_replaces(workdir, modules, staging_version(version))
     return workdir
 
 
@@ -93,12 +162,13 @@ def _fresh_module(name: str) -> Path:
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    (workdir / "go.mod").write_text(f"module nri-resmgr.local/build/{name}\n\ngo 1.25.0\n")
+    module = re.sub(r"[^A-Za-z0-9._/-]", "-", name)
+    (workdir / "go.mod").write_text(f"module nri-resmgr.local/build/{module}\n\ngo 1.25.0\n")
     return workdir
 
 
-def _upstream_go_mod(workdir: Path) -> str:
-    gomod = _go(workdir, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}")
+def _upstream_go_mod(workdir: Path, version: str) -> str:
+    gomod = _go(workdir, "mod", "download", "-json", f"k8s.io/kubernetes@{version}")
     match = re.search(r'"GoMod":\s*"([^"]+)"', gomod)
     if not match:
         raise BuildError("go mod download did not report the k8s.io/kubernetes go.mod")
@@ -143,7 +213,8 @@ def _go(workdir: Path, *args: str, nice: bool = False) -> str:
 
 if __name__ == "__main__":
     try:
-        for path in ensure_binaries():
-            print(path)
+        for wanted in sys.argv[1:] or [KUBERNETES_VERSION]:
+            for path in ensure_binaries(wanted):
+                print(path)
     except BuildError as exc:
         sys.exit(f"peer build failed: {exc}")

@@ -10,7 +10,7 @@ from tests.kube import apiserver
 from tests.kube.gobuild import BuildError
 
 
-def _unbuildable() -> tuple[Path, Path]:
+def _unbuildable(version: str) -> tuple[Path, Path]:
     raise BuildError("the Go toolchain (go) is not on PATH")
 
 

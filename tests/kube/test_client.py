@@ -120,9 +120,26 @@ async def test_bad_arguments_are_named_before_sending(serve_fake: ServeFake) -> 
         await client.list(NODES, "ns1")
     with pytest.raises(ValueError, match="JSON patch is a list"):
         await client.patch(NODES, "n", {"a": 1}, patch_type=PatchType.JSON)
+    with pytest.raises(ValueError, match="server-side apply needs a field_manager"):
+        await client.patch(NODES, "n", {"a": 1}, patch_type=PatchType.APPLY)
     with pytest.raises(ValueError, match="invalid name"):
         await client.get(NODES, "a/b")
     assert server.requests == []
+
+
+async def test_server_side_apply_names_its_manager_and_may_force(serve_fake: ServeFake) -> None:
+    server, client = await serve_fake(echo)
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}
+    await client.patch(NODES, "n", body, patch_type=PatchType.APPLY, field_manager="me")
+    await client.patch(NODES, "n", body, patch_type=PatchType.APPLY, field_manager="me",
+                       force=True)  # fmt: skip
+    await client.patch(NODES, "n", {"metadata": {}})
+    first, forced, merge = server.requests
+    assert first.headers["content-type"] == "application/apply-patch+yaml"
+    assert first.query == {"fieldManager": "me"}
+    assert forced.query == {"fieldManager": "me", "force": "true"}
+    assert merge.query == {}
+    assert first.json() == body
 
 
 async def test_list_follows_continue_and_fills_kind(serve_fake: ServeFake) -> None:

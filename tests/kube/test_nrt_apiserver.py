@@ -95,7 +95,7 @@ async def test_the_nrt_object_has_a_zone_per_pool_and_follows_allocations(
     assert await exporter.publish()
     after = by_name(await client.get(NODE_RESOURCE_TOPOLOGIES, "nrt-node-1"))
     assert unchanged is False
-    allocation = policy.engine.cache.get(ctr.id)
+    allocation = policy.engine.allocation(ctr.id)
     assert allocation is not None and adjustment.cpuset_cpus == str(allocation.exclusive)
     granted = after[allocation.pool]
     before_shared = CpuSet.parse(_attribute(zones[allocation.pool], "shared cpuset"))
@@ -122,3 +122,36 @@ async def test_a_missing_nrt_object_is_created_again(client: KubeClient, tmp_pat
     policy.create_container(pod, ctr)
     assert await exporter.publish()
     assert len((await client.get(NODE_RESOURCE_TOPOLOGIES, "nrt-node-2"))["zones"]) == 7
+
+
+async def test_an_object_another_writer_left_is_taken_over_in_one_request(
+    client: KubeClient, tmp_path: Path
+) -> None:
+    # As nri-plugins' agent leaves it: created with a plain create (another field manager).
+    policy_attribute = {"name": "TopologyPolicy", "value": "balloons"}
+    stale = {"apiVersion": NODE_RESOURCE_TOPOLOGIES.api_version, "kind": "NodeResourceTopology",
+             "metadata": {"name": "nrt-node-3"}, "attributes": [policy_attribute],
+             "zones": []}  # fmt: skip
+    await client.create(NODE_RESOURCE_TOPOLOGIES, stale)
+    policy = start(TopologyAwarePolicy(), tmp_path, N4C16, topology_spec())
+    counted = CountingClient(client)
+    exporter = NrtExporter(counted, "nrt-node-3", PolicySource(policy), trio.sleep_forever)
+    assert await exporter.publish()
+    assert counted.calls == ["patch"]
+    obj = await client.get(NODE_RESOURCE_TOPOLOGIES, "nrt-node-3")
+    assert obj["attributes"] == [{"name": "TopologyPolicy", "value": "topology-aware"}]
+    assert len(obj["zones"]) == 7
+    managers = {m["manager"] for m in obj["metadata"]["managedFields"]}
+    assert "nri-resmgr" in managers
+
+
+class CountingClient:
+    """The client, with the calls the exporter makes recorded."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+        self.calls: list[str] = []
+
+    async def patch(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("patch")
+        return await self._client.patch(*args, **kwargs)

@@ -40,7 +40,8 @@ async def test_relists_after_gone_wait_for_a_growing_backoff(apiserver: ApiServe
     backoff = RecordingBackoff(initial=0.01, maximum=10.0, jitter=0.0)
     client, counted = expiring_client(apiserver.config())
     resets = 0
-    async with client, client.watch(CONFIG_MAPS, "default", backoff=backoff) as watch:
+    watch = client.watch(CONFIG_MAPS, "default", backoff=backoff, watch_list=False)
+    async with client, watch:
         with trio.fail_after(60):
             async for event in watch:
                 assert event.type is EventType.RESET  # every watch is answered with 410

@@ -57,6 +57,9 @@ def listing(rv: str, *items: dict[str, Any]) -> dict[str, Any]:
 
 
 async def collect(client: KubeClient, count: int, **kwargs: Any) -> list[WatchEvent]:
+    """The first ``count`` events; the state by LIST unless ``watch_list=True`` is given (the
+    scripts here answer LISTs; tests/kube/test_watch_list.py has the watch-list ones)."""
+    kwargs.setdefault("watch_list", False)
     events: list[WatchEvent] = []
     async with client.watch(CONFIG_MAPS, "ns", backoff=FAST, **kwargs) as watch:
         async for event in watch:
@@ -232,3 +235,19 @@ async def test_a_list_with_items_that_are_not_objects_is_retried(serve_fake: Ser
     with trio.fail_after(10):
         (reset,) = await collect(client, 1)
     assert [o["metadata"]["name"] for o in reset.objects] == ["a"]
+
+
+async def test_forbidden_after_the_watch_was_served_is_retried(serve_fake: ServeFake) -> None:
+    # An API server that has just started answers 403 until its RBAC caches are filled.
+    script = Script(
+        lists=[],
+        watches=[
+            [event_line("ADDED", cm("a", "2")), "drop"],
+            [status_reply(403, "Forbidden", "RBAC: not ready")],
+            [event_line("MODIFIED", cm("a", "3"))],
+        ],
+    )
+    _, client = await serve_fake(script.handle)
+    events = await collect(client, 2, resource_version="1")
+    assert [e.resource_version for e in events] == ["2", "3"]
+    assert [r.query["resourceVersion"] for r in script.watch_requests] == ["1", "2", "2"]

@@ -24,6 +24,7 @@ from nri_resmgr.nri.ttrpc_codec import (
     MessageDecoder,
     encode_message,
 )
+from tests.nri.helpers import RawPeer, mux_pair
 
 
 def test_ttrpc_header_layout() -> None:
@@ -129,19 +130,20 @@ async def _echo(req: api.KeyValue) -> api.KeyValue:
 
 
 async def _bad_envelope_then_echo(data: bytes) -> dict[int, envelope.Response]:
-    ours, theirs = trio.testing.memory_stream_pair()
-    server = TtrpcServer(theirs, {"svc": {"Echo": unary(api.KeyValue, _echo)}})
     good = envelope.Request(service="svc", method="Echo", payload=bytes(api.KeyValue("k", "v")))
     replies: dict[int, envelope.Response] = {}
     with trio.fail_after(10):  # a guard against a hang, not a timing check
-        async with trio.open_nursery() as nursery:
+        async with mux_pair() as muxes, trio.open_nursery() as nursery:
+            server = TtrpcServer(
+                muxes.theirs.channel(1), {"svc": {"Echo": unary(api.KeyValue, _echo)}}
+            )
             nursery.start_soon(server.serve)
-            await ours.send_all(encode_message(Message(1, MSG_REQUEST, data)))
-            await ours.send_all(encode_message(Message(3, MSG_REQUEST, bytes(good))))
-            decoder = MessageDecoder()
+            client = RawPeer(muxes.ours.channel(1))
+            await client.send_all(encode_message(Message(1, MSG_REQUEST, data)))
+            await client.send_all(encode_message(Message(3, MSG_REQUEST, bytes(good))))
             while len(replies) < 2:
-                for msg in decoder.feed(await ours.receive_some()):
-                    assert msg.stream_id not in replies, "two answers on one stream"
-                    replies[msg.stream_id] = envelope.Response().parse(msg.data)
+                msg = await client.message()
+                assert msg.stream_id not in replies, "two answers on one stream"
+                replies[msg.stream_id] = envelope.Response().parse(msg.data)
             nursery.cancel_scope.cancel()
     return replies

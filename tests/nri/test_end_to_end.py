@@ -30,7 +30,7 @@ async def test_registration_and_sync_with_existing_containers(sock_path: str) ->
             plugin = await sim.wait_plugin()
             assert (plugin.name, plugin.index) == ("resmgr", "90")
             assert policy.synced == [(1, 2)]
-            assert set(manager.containers) == {"ctr1", "ctr2"}
+            assert set(policy.containers) == {"ctr1", "ctr2"}
             # The sync reply's updates reached the runtime side and were applied there.
             updates = await sim.next_update()
             assert sorted(u.container_id for u in updates) == ["ctr1", "ctr2"]
@@ -38,7 +38,8 @@ async def test_registration_and_sync_with_existing_containers(sock_path: str) ->
 
 
 async def test_create_container_returns_the_policy_adjustment_on_the_wire(sock_path: str) -> None:
-    manager = make_manager()
+    policy = PinningPolicy()
+    manager = make_manager(policy)
     with trio.fail_after(GUARD):
         async with Simulator.listen(sock_path) as sim, running_service(manager, sock_path):
             await sim.wait_plugin()
@@ -48,9 +49,9 @@ async def test_create_container_returns_the_policy_adjustment_on_the_wire(sock_p
             cpu = rsp.adjust.linux.resources.cpu
             assert (cpu.cpus, cpu.mems, cpu.shares.value) == ("0-1", "0", 512)
             await sim.start_container(p, c)
-            assert "pod0" in manager.pods and "ctr1" in manager.containers
+            assert "pod0" in policy.pods and "ctr1" in policy.containers
             await sim.remove_container(p, c)
-            assert "ctr1" not in manager.containers
+            assert "ctr1" not in policy.containers
 
 
 async def test_event_mask_is_what_we_handle(sock_path: str) -> None:
@@ -79,7 +80,7 @@ async def test_old_runtime_gets_no_unknown_event_bits_and_state_change_delivery(
             assert plugin.events & ~0x7FF == 0
             p, c = pod(3), container(7, 3)
             await sim.run_pod_sandbox(p)  # arrives as StateChange(RUN_POD_SANDBOX)
-            assert "pod3" in manager.pods
+            assert "pod3" in policy.pods
             await sim.create_container(p, c)
             await sim.remove_container(p, c)  # StateChange(REMOVE_CONTAINER)
             assert policy.removed == ["ctr7"]

@@ -1,4 +1,4 @@
-"""The mux on a real socket: direct writes that do not fit, concurrent writers, pushed reads."""
+"""The mux on its socket: direct writes that do not fit, concurrent writers, pushed reads."""
 
 from __future__ import annotations
 
@@ -9,14 +9,10 @@ import trio.testing
 from nri_resmgr.nri.errors import ConnectionLost
 from nri_resmgr.nri.mux import MAX_SEND_PAYLOAD, FrameDecoder, Mux
 from nri_resmgr.nri.ttrpc_codec import MSG_RESPONSE, Message, MessageDecoder, encode_header
+from tests.nri.helpers import socket_pair
 
 GUARD = 10
 BIG = 1 << 20  # far more than a unix socket buffer holds: the direct write cannot finish
-
-
-async def _socket_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
-    a, b = trio.socket.socketpair()
-    return trio.SocketStream(a), trio.SocketStream(b)
 
 
 async def _read_frames(stream: trio.SocketStream, total: int) -> list[tuple[int, bytes]]:
@@ -36,7 +32,7 @@ def _message(stream_id: int, size: int) -> Message:
 
 
 async def test_big_messages_from_concurrent_writers_arrive_whole_and_in_small_frames() -> None:
-    ours, peer = await _socket_pair()
+    ours, peer = socket_pair()
     mux = Mux(ours)
     channel = mux.channel(1)
     messages = [_message(1, BIG), _message(3, BIG), _message(5, 100)]
@@ -54,20 +50,25 @@ async def test_big_messages_from_concurrent_writers_arrive_whole_and_in_small_fr
 
 
 async def test_payloads_that_arrive_before_listen_are_handed_over_first_in_order() -> None:
-    ours, peer = await _socket_pair()
+    ours, peer = socket_pair()
     mux = Mux(ours)
     got: list[bytes] = []
     with trio.fail_after(GUARD):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_run_until_the_peer_closes, mux)
             await peer.send_all(b"\0\0\0\1\0\0\0\3one")
-            while not mux.channel(1)._recv.statistics().current_buffer_used:
+            while not mux.channel(1)._queued:
                 await trio.sleep(0.001)  # a condition polled, not a fixed wait
-            mux.channel(1).listen(got.append)
+            mux.channel(1).listen(lambda payload: _keep(got, payload))
             await peer.send_all(b"\0\0\0\1\0\0\0\3two")
             await peer.aclose()
             await mux.channel(1).wait_closed()
     assert got == [b"one", b"two"]
+
+
+def _keep(got: list[bytes], payload: bytes) -> int:
+    got.append(payload)
+    return 0
 
 
 async def _run_until_the_peer_closes(mux: Mux) -> None:
@@ -76,7 +77,7 @@ async def _run_until_the_peer_closes(mux: Mux) -> None:
 
 
 async def test_a_write_after_the_trunk_is_closed_fails_instead_of_writing_elsewhere() -> None:
-    ours, _peer = await _socket_pair()
+    ours, _peer = socket_pair()
     mux = Mux(ours)
     await mux.aclose()
     with pytest.raises(ConnectionLost):
@@ -86,7 +87,7 @@ async def test_a_write_after_the_trunk_is_closed_fails_instead_of_writing_elsewh
 async def test_a_synchronous_write_that_does_not_fit_keeps_the_trunk_for_its_rest() -> None:
     """send_message_nowait: what the socket did not take is returned to run in a task, with
     the send lock already held, so a write started meanwhile cannot come in between."""
-    ours, peer = await _socket_pair()
+    ours, peer = socket_pair()
     mux = Mux(ours)
     channel = mux.channel(1)
     big, small = _message(1, BIG), _message(3, 100)
@@ -107,7 +108,7 @@ async def test_a_synchronous_write_that_does_not_fit_keeps_the_trunk_for_its_res
 
 
 async def test_a_synchronous_write_that_fits_is_done_at_once() -> None:
-    ours, peer = await _socket_pair()
+    ours, peer = socket_pair()
     mux = Mux(ours)
     msg = _message(1, 100)
     with trio.testing.assert_no_checkpoints():
@@ -118,7 +119,7 @@ async def test_a_synchronous_write_that_fits_is_done_at_once() -> None:
 
 
 async def test_a_synchronous_write_on_a_closed_socket_is_a_lost_connection() -> None:
-    ours, peer = await _socket_pair()
+    ours, peer = socket_pair()
     mux = Mux(ours)
     await peer.aclose()
     msg = _message(1, 100)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from nri_resmgr.nri import tailtrace
 from nri_resmgr.sim.runtime import Simulator
@@ -23,15 +24,20 @@ async def test_each_request_is_recorded_with_its_timings(
     tailtrace.install_from_env()
     trace = tailtrace.TRACE
     assert trace is not None
+    manager = make_manager()
     try:
         with trio.fail_after(10):
             async with (
                 Simulator.listen(sock_path) as sim,
-                running_service(make_manager(), sock_path),
+                running_service(manager, sock_path),
             ):
                 await sim.wait_plugin()
                 await sim.run_pod_sandbox(pod())
                 await sim.create_container(pod(), container(0))
+                async with trio.open_nursery() as nursery, manager.lock:
+                    # The lock held (as a DRA prepare holds it): this one takes the task path.
+                    nursery.start_soon(sim.start_container, pod(), container(0))
+                    await trio.testing.wait_all_tasks_blocked()
                 trace.begin("Collected", "inline")  # a collection inside a request counts
                 gc.collect(1)
                 trace.end()
@@ -45,7 +51,8 @@ async def test_each_request_is_recorded_with_its_timings(
     assert create["inline"] == 1 and create["gc_n"] == 0 and create["gc_gen"] == -1
     assert 0 < create["handle_ns"] <= create["wall_ns"]
     assert create["cpu_ns"] > 0 and create["blocks"] > 0
-    assert by_method["Configure"]["inline"] == 0, "Configure goes the task path"
+    assert by_method["StartContainer"]["inline"] == 0, "it waited for the lock in a task"
+    assert by_method["Configure"]["inline"] == 1
     collected = by_method["Collected"]
     assert collected["gc_n"] == 1 and collected["gc_gen"] == 1 and collected["gc_ns"] > 0
     assert "outside_gc" in json.loads(lines[-1])

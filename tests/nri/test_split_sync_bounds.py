@@ -17,7 +17,7 @@ def chunk(first: int, count: int, more: bool) -> bytes:
 
 
 @pytest.mark.parametrize("limit", ["MAX_SPLIT_SYNC_OBJECTS", "MAX_SPLIT_SYNC_BYTES"])
-async def test_a_split_sync_past_its_cap_is_refused_and_forgotten(
+def test_a_split_sync_past_its_cap_is_refused_and_forgotten(
     monkeypatch: pytest.MonkeyPatch, limit: str
 ) -> None:
     # Caps small enough for a test: 2 chunks fit, the 3rd does not.
@@ -26,13 +26,13 @@ async def test_a_split_sync_past_its_cap_is_refused_and_forgotten(
     policy = PinningPolicy()
     plugin = PluginHandlers(make_manager(policy), lambda updates: None)
     for n in range(2):
-        assert await plugin.synchronize(chunk(10 * n, 4, more=True)) == bytes(
+        assert plugin.synchronize(chunk(10 * n, 4, more=True)) == bytes(
             api.SynchronizeResponse(more=True)
         )
     with pytest.raises(RpcError, match="split Synchronize too large") as caught:
-        await plugin.synchronize(chunk(20, 4, more=True))
+        plugin.synchronize(chunk(20, 4, more=True))
     assert caught.value.code == Code.RESOURCE_EXHAUSTED
     assert policy.synced == []
     # A new sync starts from nothing: the refused chunks are not held any more.
-    await plugin.synchronize(chunk(100, 2, more=False))
+    plugin.synchronize(chunk(100, 2, more=False))
     assert policy.synced == [(1, 2)]

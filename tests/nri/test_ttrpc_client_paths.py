@@ -1,6 +1,7 @@
 """The ttrpc client against a raw peer: deadlines it enforces itself, late and foreign
 messages, and what waiting calls see when the client stops.
-(Written to kill the mutants `nox -s mutation` found surviving in nri/ttrpc.py.)"""
+(Written to kill the mutants `nox -s mutation` found surviving in nri/ttrpc.py, which
+held the client too.)"""
 
 from __future__ import annotations
 
@@ -15,46 +16,33 @@ import trio.testing
 from nri_resmgr._gen import ttrpc as envelope
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.nri.errors import Code, ConnectionLost, ProtocolError, RpcError
-from nri_resmgr.nri.ttrpc import RawHandler, TtrpcClient, TtrpcServer, Writer
-from nri_resmgr.nri.ttrpc_codec import (
-    MSG_REQUEST,
-    MSG_RESPONSE,
-    Message,
-    MessageDecoder,
-    encode_message,
-)
+from nri_resmgr.nri.mux import Mux
+from nri_resmgr.nri.ttrpc import RawHandler, TtrpcServer
+from nri_resmgr.nri.ttrpc_client import TtrpcClient
+from nri_resmgr.nri.ttrpc_codec import MSG_REQUEST, MSG_RESPONSE, Message, Writer, encode_message
+from tests.nri.helpers import RawPeer, mux_pair, socket_pair
 
 GUARD = 10  # a hang guard only
 MSG_DATA = 3  # a ttrpc stream-data message: neither a request nor a response
 
 
-class Peer:
-    """The server side of a client's stream, by hand: reads requests, writes raw bytes."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self._decoder = MessageDecoder()
-        self._queued: list[Message] = []
+class Peer(RawPeer):
+    """The server side of a client's connection, by hand: reads requests, writes raw bytes."""
 
     async def request(self) -> Message:
-        while not self._queued:
-            self._queued.extend(self._decoder.feed(await self.stream.receive_some()))
-        return self._queued.pop(0)
+        return await self.message()
 
     async def answer(self, stream_id: int, response: envelope.Response) -> None:
-        await self.stream.send_all(
-            encode_message(Message(stream_id, MSG_RESPONSE, bytes(response)))
-        )
+        await self.send_all(encode_message(Message(stream_id, MSG_RESPONSE, bytes(response))))
 
 
 @asynccontextmanager
 async def client_and_peer() -> AsyncIterator[tuple[TtrpcClient, Peer, trio.Nursery]]:
-    a, b = trio.testing.memory_stream_pair()
-    client = TtrpcClient(a)
     with trio.fail_after(GUARD):
-        async with trio.open_nursery() as nursery:
+        async with mux_pair() as muxes, trio.open_nursery() as nursery:
+            client = TtrpcClient(muxes.ours.channel(1))
             nursery.start_soon(client.run)
-            yield client, Peer(b), nursery
+            yield client, Peer(muxes.theirs.channel(1)), nursery
             nursery.cancel_scope.cancel()
 
 
@@ -79,7 +67,7 @@ async def test_a_silent_server_is_deadline_exceeded_by_the_clients_own_timer() -
 async def test_a_late_response_is_dropped_and_the_next_call_still_works(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="nri_resmgr.nri.ttrpc")
+    caplog.set_level(logging.DEBUG, logger="nri_resmgr.nri.ttrpc_client")
     async with client_and_peer() as (client, peer, _):
         with pytest.raises(RpcError):
             await client.call_raw("svc", "M", b"", 0.01)
@@ -99,7 +87,7 @@ async def peer_answers_next(peer: Peer) -> None:
 async def test_a_message_that_is_no_response_is_ignored_by_the_client(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="nri_resmgr.nri.ttrpc")
+    caplog.set_level(logging.DEBUG, logger="nri_resmgr.nri.ttrpc_client")
     async with client_and_peer() as (client, peer, nursery):
         result: list[bytes] = []
         answered = trio.Event()
@@ -110,7 +98,7 @@ async def test_a_message_that_is_no_response_is_ignored_by_the_client(
 
         nursery.start_soon(call)
         msg = await peer.request()
-        await peer.stream.send_all(encode_message(Message(msg.stream_id, MSG_DATA, b"x")))
+        await peer.send_all(encode_message(Message(msg.stream_id, MSG_DATA, b"x")))
         await peer.answer(msg.stream_id, ok(b"answer"))
         await answered.wait()
         assert result == [b"answer"]
@@ -121,17 +109,16 @@ async def test_a_message_that_is_no_request_is_ignored_by_the_server(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="nri_resmgr.nri.ttrpc")
-    a, b = trio.testing.memory_stream_pair()
     with trio.fail_after(GUARD):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(TtrpcServer(b, {}).serve)
-            await a.send_all(encode_message(Message(1, MSG_DATA, b"x")))
+        async with mux_pair() as muxes, trio.open_nursery() as nursery:
+            nursery.start_soon(TtrpcServer(muxes.theirs.channel(1), {}).serve)
+            client = Peer(muxes.ours.channel(1))
+            await client.send_all(encode_message(Message(1, MSG_DATA, b"x")))
             # Then a request on the same stream id: accepted, so the data message did not
             # count as one (a reused id would be refused with INVALID_ARGUMENT).
             request = envelope.Request(service="nope", method="M")
-            await a.send_all(encode_message(Message(1, MSG_REQUEST, bytes(request))))
-            reply = Peer(a)
-            msg = await reply.request()
+            await client.send_all(encode_message(Message(1, MSG_REQUEST, bytes(request))))
+            msg = await client.message()
             nursery.cancel_scope.cancel()
     status = envelope.Response().parse(msg.data).status
     assert (status.code, status.message) == (Code.UNIMPLEMENTED, "service nope")
@@ -139,8 +126,8 @@ async def test_a_message_that_is_no_request_is_ignored_by_the_server(
 
 
 async def test_waiting_calls_fail_with_client_stopped_when_the_client_is_cancelled() -> None:
-    a, _b = trio.testing.memory_stream_pair()
-    client = TtrpcClient(a)
+    a, _b = socket_pair()
+    client = TtrpcClient(Mux(a).channel(1))
     failures: list[BaseException] = []
 
     async def call() -> None:
@@ -190,12 +177,12 @@ async def test_an_error_status_is_raised_with_its_code_and_message() -> None:
 
 async def serve_one(handler: RawHandler, request: envelope.Request, stream_id: int = 1) -> Message:
     """One raw request to a server with ``svc/M`` = ``handler``; its reply message."""
-    a, b = trio.testing.memory_stream_pair()
     with trio.fail_after(GUARD):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(TtrpcServer(b, {"svc": {"M": handler}}).serve)
-            await a.send_all(encode_message(Message(stream_id, MSG_REQUEST, bytes(request))))
-            reply = await Peer(a).request()
+        async with mux_pair() as muxes, trio.open_nursery() as nursery:
+            nursery.start_soon(TtrpcServer(muxes.theirs.channel(1), {"svc": {"M": handler}}).serve)
+            client = Peer(muxes.ours.channel(1))
+            await client.send_all(encode_message(Message(stream_id, MSG_REQUEST, bytes(request))))
+            reply = await client.message()
             nursery.cancel_scope.cancel()
     return reply
 
@@ -257,8 +244,9 @@ async def test_a_failing_handler_is_logged_with_its_service_and_method(
     assert "svc/M failed" in caplog.messages
 
 
-async def test_a_write_to_a_closed_stream_is_a_lost_connection() -> None:
-    a, _b = trio.testing.memory_stream_pair()
-    await a.aclose()
-    with pytest.raises(ConnectionLost, match=r"^ttrpc write failed: "):
-        await Writer(a).write(Message(1, MSG_REQUEST, b""))
+async def test_a_write_to_a_closed_connection_is_a_lost_connection() -> None:
+    a, _b = socket_pair()
+    mux = Mux(a)
+    await mux.aclose()
+    with pytest.raises(ConnectionLost, match=r"^NRI socket write failed: "):
+        await Writer(mux.channel(1)).write(Message(1, MSG_REQUEST, b""))

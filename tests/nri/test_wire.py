@@ -11,13 +11,24 @@ import trio.testing
 
 from nri_resmgr._gen import ttrpc as envelope
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
+from nri_resmgr.nri import mux
 from nri_resmgr.nri.errors import Code, RpcError
 from nri_resmgr.nri.handlers import PLUGIN_SERVICE
-from nri_resmgr.nri.mux import Mux, encode_frames
-from nri_resmgr.nri.ttrpc import TtrpcClient, TtrpcServer, unary
+from nri_resmgr.nri.mux import Mux, MuxChannel, encode_frames
+from nri_resmgr.nri.ttrpc import TtrpcServer, unary
+from nri_resmgr.nri.ttrpc_client import TtrpcClient
 from nri_resmgr.nri.ttrpc_codec import MSG_REQUEST, Message, encode_message
 from nri_resmgr.sim.runtime import Simulator
-from tests.nri.helpers import container, make_manager, pod, running_service
+from tests.nri.helpers import (
+    PinningPolicy,
+    RawPeer,
+    container,
+    make_manager,
+    mux_pair,
+    pod,
+    running_service,
+    socket_pair,
+)
 
 GUARD = 10
 
@@ -30,9 +41,16 @@ async def _read_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:
 
 
 async def test_mux_splits_writes_and_reassembles_big_frames() -> None:
-    ours, peer = trio.testing.memory_stream_pair()
+    ours, peer = socket_pair()
     mux = Mux(ours)
     data = bytes(range(256)) * 40
+    got: list[bytes] = []
+
+    def keep(payload: bytes) -> int:
+        got.append(payload)
+        return 0
+
+    mux.channel(1).listen(keep)
     with trio.fail_after(GUARD):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(mux.run)
@@ -46,14 +64,13 @@ async def test_mux_splits_writes_and_reassembles_big_frames() -> None:
             assert sizes == [4096, 4096, 2048]
             # A Go peer may send one frame of 4096+ bytes; it reads back as a plain stream.
             await peer.send_all(struct.pack(">II", 1, len(data)) + data)
-            got = b""
-            while len(got) < len(data):
-                got += await mux.channel(1).receive_some()
-            assert got == data
+            while len(b"".join(got)) < len(data):
+                await trio.sleep(0.001)  # a condition polled, not a fixed wait
+            assert b"".join(got) == data
             nursery.cancel_scope.cancel()
 
 
-def _echo_server(stream: trio.abc.Stream) -> TtrpcServer:
+def _echo_server(channel: MuxChannel) -> TtrpcServer:
     async def echo(req: api.KeyValue) -> api.KeyValue:
         return api.KeyValue(key=req.value, value=req.key)
 
@@ -62,16 +79,15 @@ def _echo_server(stream: trio.abc.Stream) -> TtrpcServer:
         return api.Empty()
 
     return TtrpcServer(
-        stream, {"svc": {"Echo": unary(api.KeyValue, echo), "Slow": unary(api.Empty, slow)}}
+        channel, {"svc": {"Echo": unary(api.KeyValue, echo), "Slow": unary(api.Empty, slow)}}
     )
 
 
 async def test_ttrpc_calls_unknown_methods_and_timeouts() -> None:
-    a, b = trio.testing.memory_stream_pair()
-    client = TtrpcClient(a)
     with trio.fail_after(GUARD):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_echo_server(b).serve)
+        async with mux_pair() as muxes, trio.open_nursery() as nursery:
+            client = TtrpcClient(muxes.ours.channel(1))
+            nursery.start_soon(_echo_server(muxes.theirs.channel(1)).serve)
             nursery.start_soon(client.run)
             reply = await client.call("svc", "Echo", api.KeyValue("k", "v"), api.KeyValue, 1.0)
             assert (reply.key, reply.value) == ("v", "k")
@@ -92,17 +108,16 @@ async def test_ttrpc_calls_unknown_methods_and_timeouts() -> None:
 
 
 async def test_ttrpc_server_refuses_even_and_reused_stream_ids() -> None:
-    a, b = trio.testing.memory_stream_pair()
     with trio.fail_after(GUARD):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_echo_server(b).serve)
+        async with mux_pair() as muxes, trio.open_nursery() as nursery:
+            nursery.start_soon(_echo_server(muxes.theirs.channel(1)).serve)
+            client = RawPeer(muxes.ours.channel(1))
             for stream_id in (2, 5, 5):
-                await a.send_all(encode_message(Message(stream_id, MSG_REQUEST, b"")))
+                await client.send_all(encode_message(Message(stream_id, MSG_REQUEST, b"")))
             codes = []
             for _ in range(3):
-                length, sid, _t, _f = struct.unpack(">IIBB", await _read_exactly(a, 10))
-                rsp = envelope.Response().parse(await _read_exactly(a, length))
-                codes.append((sid, rsp.status.code))
+                msg = await client.message()
+                codes.append((msg.stream_id, envelope.Response().parse(msg.data).status.code))
             assert sorted(codes) == [(2, 3), (5, 3), (5, 12)]
             nursery.cancel_scope.cancel()
 
@@ -117,25 +132,27 @@ async def test_plugin_answers_unknown_method_with_unimplemented(sock_path: str) 
 
 
 async def test_state_change_is_served_for_new_runtimes_too(sock_path: str) -> None:
-    manager = make_manager()
+    policy = PinningPolicy()
+    manager = make_manager(policy)
     with trio.fail_after(GUARD):
         async with Simulator.listen(sock_path) as sim, running_service(manager, sock_path):
             plugin = await sim.wait_plugin()
             evt = api.StateChangeEvent(event=api.Event.RUN_POD_SANDBOX, pod=pod(5))
             await plugin.call("StateChange", evt, api.Empty)
-            assert "pod5" in manager.pods
+            assert "pod5" in policy.pods
 
 
 async def test_messages_above_4096_bytes_cross_the_stack(sock_path: str) -> None:
     big = api.Container(id="big", pod_sandbox_id="pod0", name="big", annotations={"a": "x" * 9000})
-    manager = make_manager()
+    policy = PinningPolicy()
+    manager = make_manager(policy)
     with trio.fail_after(GUARD):
         async with (
             Simulator.listen(sock_path, pods=[pod()], containers=[big]) as sim,
             running_service(manager, sock_path),
         ):
             await sim.wait_plugin()
-            assert manager.containers["big"].annotations["a"] == "x" * 9000
+            assert policy.containers["big"].annotations["a"] == "x" * 9000
 
 
 @pytest.mark.parametrize(
@@ -168,3 +185,37 @@ async def test_bad_input_drops_the_connection_and_the_service_redials(
             assert rsp.adjust.linux.resources.cpu.cpus == "0-1"
             assert svc.connections == 2
     assert any("lost" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("half_sent", "what"),
+    [
+        pytest.param(struct.pack(">II", 1, 100) + b"abc", "11 bytes of a mux frame", id="frame"),
+        pytest.param(
+            encode_frames(1, struct.pack(">IIBB", 100, 99, MSG_REQUEST, 0) + b"abc"),
+            "13 bytes of a ttrpc message on connection 1",
+            id="ttrpc-message",
+        ),
+    ],
+)
+async def test_a_half_sent_message_closes_the_connection_at_the_bound_and_the_service_redials(
+    sock_path: str,
+    half_sent: bytes,
+    what: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 34 item 8: a message promising more bytes than come used to hold the channel,
+    unanswered, for as long as the runtime stayed connected."""
+    monkeypatch.setattr(mux, "INCOMPLETE_TIMEOUT", 0.2)
+    caplog.set_level(logging.WARNING, logger="nri_resmgr.nri.service")
+    with trio.fail_after(GUARD):
+        async with Simulator.listen(sock_path) as sim, running_service(make_manager(), sock_path):
+            first = await sim.wait_plugin()
+            await first.send_raw(half_sent)
+            second = await sim.wait_plugin()
+            assert first.closed.is_set() and not second.closed.is_set()
+            rsp = await sim.create_container(pod(), container(1))
+            assert rsp.adjust.linux.resources.cpu.cpus == "0-1"
+    [line] = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+    assert f"the NRI peer sent {what} and nothing more for 0.2 s: closing the connection" in line

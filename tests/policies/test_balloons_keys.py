@@ -95,7 +95,7 @@ def test_every_upstream_key_loads_and_the_unapplied_ones_are_said_once(
 ) -> None:
     spec = structure_spec(UPSTREAM_SPEC, "BalloonsPolicy")
     assert isinstance(spec, BalloonsSpec)
-    assert spec.reserved_resources.cpu == "exclude-cpuset:1-15"
+    assert spec.reserved_resources.cpu.text == "exclude-cpuset:1-15"
     notapplied._reported.clear()
     with caplog.at_level(logging.WARNING):
         p = BalloonsPolicy()

@@ -38,17 +38,20 @@ async def test_through_the_manager(tmp_path: Path) -> None:
     spec = topology_spec()
     manager = ResourceManager(TopologyAwarePolicy(), spec, env)
     be_pod, be = besteffort("be")
-    adjustment, _ = await manager.create_container(be_pod, be)
+    async with manager.lock:
+        adjustment, _ = manager.create_container(be_pod, be)
     g_pod, g = guaranteed("g", 1000)
-    g_adjustment, updates = await manager.create_container(g_pod, g)
+    async with manager.lock:
+        g_adjustment, updates = manager.create_container(g_pod, g)
     assert (adjustment.cpuset_cpus, g_adjustment.cpuset_cpus) == ("4-7", "8")
     assert updates == []
     # A restarted daemon: a fresh manager synchronizes and keeps everything in place.
     again = ResourceManager(TopologyAwarePolicy(), spec, env)
-    synced = await again.synchronize(
-        [be_pod, g_pod],
-        [running(be, "4-7", "1"), running(g, g_adjustment.cpuset_cpus, "2")],
-    )
+    async with again.lock:
+        synced = again.synchronize(
+            [be_pod, g_pod],
+            [running(be, "4-7", "1"), running(g, g_adjustment.cpuset_cpus, "2")],
+        )
     assert synced == []
     # One device per allocatable CPU (cpu0 is reserved).
     assert sorted(d.cpus[0] for d in await again.dra_devices()) == list(range(1, 16))

@@ -146,10 +146,10 @@ def test_choose_on_a_one_pool_machine_is_the_general_choice(tmp_path: Path) -> N
     for step in range(40):
         for want in wants:
             for hint in (None, engine.pools[0].name, "no-such-pool"):
-                general = engine._best_fit(
-                    want, hint, None, None, None, engine._usage(), engine.cache.exclusive_cpus()
+                general = engine.supply._best_fit(
+                    want, hint, None, None, None, engine.supply.usage(), engine.exclusive_cpus()
                 )
-                assert engine.choose(want, hint) == general, (step, want, hint)
+                assert engine.supply.choose(want, hint) == general, (step, want, hint)
                 outcomes.add(general is None)
         pc = besteffort(f"e{step}") if step % 3 else burstable(f"b{step}", 300, 2000)
         engine.grant(pc[1].id, pc[0].id, pc[1].name, wants[step % 4], pod=pc[0], container=pc[1])
@@ -170,7 +170,7 @@ def test_adjustments_are_shared_per_distinct_answer_and_equal_a_fresh_one(
     seen: dict[Adjustment, Adjustment] = {}
     for pod, ctr in creates:
         adjustment, _ = policy.create_container(pod, ctr)
-        a = engine.cache.get(ctr.id)
+        a = engine.allocation(ctr.id)
         assert a is not None
         assert adjustment == Adjustment(
             cpuset_cpus=str(a.cpus), cpuset_mems=str(a.mems), cpu_shares=adjustment.cpu_shares

@@ -19,6 +19,7 @@ import pytest
 
 from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.errors import ConfigError
 from nri_resmgr.policies.allocations import Allocation, Kind
 from nri_resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
@@ -32,6 +33,7 @@ from tests.policies.workload import (
     burstable,
     guaranteed,
     resources,
+    running,
     start,
     topology_spec,
 )
@@ -53,7 +55,7 @@ def assert_all_pinned(rt: Runtime) -> None:
 
 
 def assert_view_is_runtime(p: TopologyAwarePolicy, rt: Runtime) -> None:
-    for a in p.engine.cache:
+    for a in p.engine.allocations():
         assert (a.cpus, a.mems) == (
             CpuSet.parse(rt.cpus[a.container_id] or ""),
             CpuSet.parse(rt.mems[a.container_id] or ""),
@@ -78,9 +80,9 @@ def test_an_exclusive_grant_never_takes_the_last_shared_cpu_of_an_idle_pool(
     be = rt.create(besteffort("be"))
     bu = rt.create(burstable("bu", 100, 200))
     assert_all_pinned(rt)
-    shared = str(p.engine.shared_cpus(0))
+    shared = str(p.engine.supply.shared_cpus(0))
     assert rt.cpus[g.id] == rt.cpus[be.id] == rt.cpus[bu.id] == shared
-    a = p.engine.cache.get(g.id)
+    a = p.engine.allocation(g.id)
     assert a is not None and a.kind is Kind.SHARED and not a.exclusive
 
 
@@ -95,11 +97,11 @@ def test_exclusive_cpus_from_a_socket_never_empty_a_busy_numa_node(tmp_path: Pat
     assert rt.cpus[be.id] == "2-3"
     g = rt.create(guaranteed("g", 2000))
     assert_all_pinned(rt)
-    a = p.engine.cache.get(g.id)
+    a = p.engine.allocation(g.id)
     assert a is not None and a.kind is Kind.EXCLUSIVE and a.pool == "socket #0"
     assert 1 in a.exclusive and len(a.exclusive & CpuSet.parse("2-3")) == 1
-    assert len(p.engine.shared_cpus(p.engine.index["NUMA node #1"])) == 1
-    assert rt.cpus[be.id] == str(p.engine.shared_cpus(p.engine.index["NUMA node #1"]))
+    assert len(p.engine.supply.shared_cpus(p.engine.supply.index["NUMA node #1"])) == 1
+    assert rt.cpus[be.id] == str(p.engine.supply.shared_cpus(p.engine.supply.index["NUMA node #1"]))
 
 
 def test_with_no_shared_cpu_at_all_creation_fails_naming_the_container(tmp_path: Path) -> None:
@@ -108,7 +110,46 @@ def test_with_no_shared_cpu_at_all_creation_fails_naming_the_container(tmp_path:
     p = policy(tmp_path, layout, reserved="cpuset:0")
     with pytest.raises(PlacementError, match=r"default/be/c0: no shared CPU"):
         p.create_container(*besteffort("be"))
-    assert len(p.engine.cache) == 0
+    assert p.engine.allocations() == []
+
+
+@pytest.mark.parametrize("pin_cpu", [True, False])
+def test_a_reserved_overflow_with_no_shared_cpu_at_all_fails_naming_the_container(
+    tmp_path: Path, pin_cpu: bool
+) -> None:
+    # The one allowed CPU is the reserved one. A kube-system request beyond it falls back to
+    # normal shared CPUs, of which there are none: it is refused, as a default container is
+    # (pinned or not), never granted an empty shared set that a restart or a reconfiguration
+    # then cannot place again.
+    p = policy(
+        tmp_path, TWO_CPUS, reserved="cpuset:1", available="exclude-cpuset:0", pin_cpu=pin_cpu
+    )
+    rt = Runtime(p)
+    ks = rt.create(guaranteed("ks", 250, namespace="kube-system"))
+    assert rt.cpus[ks.id] == ("1" if pin_cpu else None)
+    with pytest.raises(PlacementError, match=r"kube-system/big/c0: no shared CPU"):
+        p.create_container(*guaranteed("big", 1500, namespace="kube-system"))
+    with pytest.raises(PlacementError, match=r"kube-system/ks/c0: no shared CPU"):
+        p.update_container(rt.pods[ks.pod_id], ks, resources(1500, 1500))
+    assert [(a.container_id, a.kind) for a in p.engine.allocations()] == [(ks.id, Kind.RESERVED)]
+
+
+def test_a_reconfiguration_leaving_a_reserved_overflow_no_shared_cpu_is_refused(
+    tmp_path: Path,
+) -> None:
+    # Found by the state machine: kube-system asks more than the reserved CPU 0 holds and
+    # runs on the shared CPU 1 (unpinned: pinCPU off). The new configuration allows only
+    # CPU 1 and reserves it, so there is no shared CPU left for it; it was accepted with the
+    # container kept as an unpinned shared grant.
+    p = policy(tmp_path, TWO_CPUS, reserved="cpuset:0", pin_cpu=False)
+    rt = Runtime(p)
+    ks = rt.create(guaranteed("ks", 1500, namespace="kube-system"))
+    assert _allocation(p, ks.id).kind is Kind.SHARED
+    engine = p.engine
+    new = topology_spec(reserved="cpuset:1", available="exclude-cpuset:0")
+    with pytest.raises(ConfigError, match=r"kube-system/ks/c0: no shared CPU"):
+        p.reconfigure(new)
+    assert p.engine is engine  # the old configuration stays
 
 
 # -- 2. re-placement is independent of container order -------------------------------------
@@ -129,8 +170,33 @@ def test_synchronize_places_the_same_whatever_the_order(tmp_path: Path) -> None:
         updates = new.synchronize(pods, order)
         got = {u.container_id: u.adjustment.cpuset_cpus for u in updates}
         assert got == {c.id: "0" for c in containers}
-        results.append(sorted((a.container_id, a.kind, str(a.exclusive)) for a in new.engine.cache))
+        results.append(
+            sorted((a.container_id, a.kind, str(a.exclusive)) for a in new.engine.allocations())
+        )
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("kube_system", [False, True])
+def test_a_restart_tells_a_mixed_containers_own_cpu_by_a_witness_of_an_overlapping_pool(
+    tmp_path: Path, kube_system: bool
+) -> None:
+    # Found by the state machine. The mixed container of NUMA node #1 (CPUs 4-7) owns CPU 5;
+    # no other container of that node witnesses which of its CPUs are shared, but the shared
+    # container of the socket runs on 4, 6 and 7: CPU 5 is the own one. A restart that
+    # picked CPU 4 instead moved the socket's container onto CPU 5. The witness may be a
+    # kube-system container that fell back to shared CPUs (the reserved CPU holds 750m).
+    layout = Layout(nodes_per_die=2, cores_per_node=2, threads=2, isolated="0")
+    p = policy(tmp_path, layout, reserved="750m", pin_memory=False)
+    mixed_pod, mixed = guaranteed("mixed", 1500)
+    if kube_system:
+        shared_pod, shared = guaranteed("shared", 1500, namespace="kube-system")
+    else:
+        shared_pod, shared = burstable("shared", 1500, None)
+    updates = p.synchronize(
+        [mixed_pod, shared_pod], [running(mixed, "4-7", None), running(shared, "2-4,6-7", None)]
+    )
+    assert updates == []
+    assert _claim(p, mixed.id) == (Kind.MIXED, "5")
 
 
 def test_restore_of_a_mixed_workload_is_order_independent(tmp_path: Path) -> None:
@@ -154,7 +220,8 @@ def test_restore_of_a_mixed_workload_is_order_independent(tmp_path: Path) -> Non
                 tuple(sorted((u.container_id, str(u.adjustment)) for u in updates)),
                 tuple(
                     sorted(
-                        (a.container_id, a.pool, a.kind, str(a.exclusive)) for a in new.engine.cache
+                        (a.container_id, a.pool, a.kind, str(a.exclusive))
+                        for a in new.engine.allocations()
                     )
                 ),
             )
@@ -193,12 +260,14 @@ async def test_an_update_the_runtime_did_not_apply_is_not_believed_and_is_sent_a
     manager = ResourceManager(p, topology_spec(reserved="cpuset:0"), PolicyEnv(str(tmp_path)))
     manager.attach_runtime(_RefusingRuntime())
     be_pod, be = besteffort("be")
-    await manager.create_container(be_pod, be)
+    async with manager.lock:
+        manager.create_container(be_pod, be)
     updates = await manager.reconfigure(topology_spec(reserved="cpuset:3"))
     assert [(u.container_id, u.adjustment.cpuset_cpus) for u in updates] == [(be.id, "0-2")]
-    a = p.engine.cache.get(be.id)
+    a = p.engine.allocation(be.id)
     assert a is not None and a.cpus is None  # the runtime still has 1-3, not 0-2
-    _, again = await manager.create_container(*besteffort("next"))
+    async with manager.lock:
+        _, again = manager.create_container(*besteffort("next"))
     assert [(u.container_id, u.adjustment.cpuset_cpus) for u in again] == [(be.id, "0-2")]
 
 
@@ -301,7 +370,7 @@ def _kube_system_fallen_back_to_shared(
 
 
 def _allocation(p: TopologyAwarePolicy, container_id: str) -> Allocation:
-    a = p.engine.cache.get(container_id)
+    a = p.engine.allocation(container_id)
     assert a is not None
     return a
 
@@ -331,3 +400,41 @@ def test_balloons_reserved_cpus_moved_under_a_balloon_re_place_its_members(
 # Containers no longer fall back to the default balloon when their type cannot take them:
 # their creation fails with upstream's reason (tests/policies/test_balloons.py), so the
 # restore of such fallbacks has nothing left to keep.
+
+
+def test_a_restart_keeps_a_guaranteed_container_shared_when_others_run_on_all_its_cpus(
+    tmp_path: Path,
+) -> None:
+    # Found by the state machine: a Guaranteed 1500m container restored as shared (no
+    # exclusive CPU was free) runs on NUMA node #1's CPUs 4-7, and the socket's shared
+    # container runs on all of them too: it owns none. A restart that picked one for it
+    # moved the socket's container off that CPU.
+    layout = Layout(nodes_per_die=2, cores_per_node=2, threads=2, isolated="0")
+    p = policy(tmp_path, layout, reserved="750m", pin_memory=False)
+    g_pod, g = guaranteed("g", 1500)
+    shared_pod, shared = guaranteed("shared", 250)
+    updates = p.synchronize(
+        [g_pod, shared_pod], [running(g, "4-7", None), running(shared, "2-7", None)]
+    )
+    assert updates == []
+    assert _claim(p, g.id) == (Kind.SHARED, "")
+
+
+def test_a_restart_under_pin_memory_off_finds_a_mixed_containers_pool_by_its_cpus_not_its_mems(
+    tmp_path: Path,
+) -> None:
+    # Found by the state machine. Two NUMA nodes of one 2-thread core (CPUs 0-1, 2-3). The
+    # mixed container of NUMA node #1 owns CPU 2 and shares 3; it still has the socket's
+    # mems 0-1 from before it moved there, which pin-memory off leaves alone. A restart
+    # that took those mems for its pool's restored it in the socket and moved it onto the
+    # socket's shared CPUs 1,3 (to 1-3).
+    layout = Layout(nodes_per_die=2, cores_per_node=1, threads=2)
+    p = policy(tmp_path, layout, reserved="750m", pin_memory=False, unlimited_burstable="package")
+    mixed_pod, mixed = guaranteed("mixed", 1500)
+    socket_pod, socket = burstable("socket", 1000)
+    updates = p.synchronize(
+        [mixed_pod, socket_pod], [running(mixed, "2-3", "0-1"), running(socket, "1,3", "0-1")]
+    )
+    assert updates == []
+    assert _claim(p, mixed.id) == (Kind.MIXED, "2")
+    assert _allocation(p, mixed.id).pool == "NUMA node #1"

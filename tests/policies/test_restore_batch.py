@@ -57,7 +57,7 @@ def test_memory_sync_equals_committing_one_at_a_time(tmp_path: Path) -> None:
     ref = MemoryAllocator(system)
     engine = new.engine
     pool_mems = {p.name: p.mems for p in engine.pools}
-    for a in sorted(engine.cache, key=lambda a: a.container_id):
+    for a in sorted(engine.allocations(), key=lambda a: a.container_id):
         assert a.pod is not None and a.container is not None
         want = memory_want(a.pod, a.container, ref.available, ref.total)
         start_at = ref._restored_start(a.mems, pool_mems[a.pool], want)

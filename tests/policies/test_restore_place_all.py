@@ -85,9 +85,9 @@ def _synchronize(
     engine = policy.engine
     grants = sorted(
         (a.container_id, a.pool, a.kind, a.request, a.exclusive, a.isolated, a.cpus, a.mems)
-        for a in engine.cache
+        for a in engine.allocations()
     )
-    zones = {a.container_id: engine.memory.zone_of(a.container_id) for a in engine.cache}
+    zones = {a.container_id: engine.memory.zone_of(a.container_id) for a in engine.allocations()}
     return grants, updates, zones
 
 
@@ -124,5 +124,5 @@ def test_the_lean_path_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(policy.engine, "grant", counting)
     policy.synchronize(list({p.id: p for p, _ in pcs}.values()), [c for _, c in pcs])
     assert [w.exclusive for w in grants] == [2]  # only the exclusive one took Engine.grant
-    assert len(policy.engine.cache) == 11
+    assert len(policy.engine.allocations()) == 11
     assert isinstance(policy.engine.system, System)

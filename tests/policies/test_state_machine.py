@@ -301,7 +301,7 @@ class PlacementMachine(RuleBasedStateMachine):
     def _allocation(self, cid: str) -> Allocation | None:
         p = self.policy
         if isinstance(p, TopologyAwarePolicy):
-            return p.engine.cache.get(cid)
+            return p.engine.allocation(cid)
         assert isinstance(p, BalloonsPolicy)
         return p.state.members.get(cid)
 
@@ -371,7 +371,7 @@ class PlacementMachine(RuleBasedStateMachine):
     def _allocations(self) -> list[Allocation]:
         p = self.policy
         if isinstance(p, TopologyAwarePolicy):
-            return list(p.engine.cache)
+            return p.engine.allocations()
         assert isinstance(p, BalloonsPolicy)
         return list(p.state.members)
 
@@ -394,7 +394,7 @@ def _id(c: Container) -> str:
 def _grants(p: HardwarePolicy) -> list[tuple[str, str, str, str]]:
     if isinstance(p, TopologyAwarePolicy):
         return sorted(
-            (a.container_id, a.pool, a.kind.value, str(a.exclusive)) for a in p.engine.cache
+            (a.container_id, a.pool, a.kind.value, str(a.exclusive)) for a in p.engine.allocations()
         )
     assert isinstance(p, BalloonsPolicy)
     out = []

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from nri_resmgr.config.models import Constraints
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.errors import ConfigError
+from nri_resmgr.errors import ConfigError, InvalidValue
 from nri_resmgr.policies import create_policy
 from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from tests.policies.workload import (
@@ -81,14 +82,14 @@ def test_registered() -> None:
 
 
 def exclusive_of(p: TopologyAwarePolicy, c_id: str) -> tuple[str, str]:
-    a = p.engine.cache.get(c_id)
+    a = p.engine.allocation(c_id)
     assert a is not None
     return a.kind.value, str(a.exclusive)
 
 
 def assert_exclusive_is_exclusive(p: TopologyAwarePolicy, rt: Runtime) -> None:
     """No container's exclusive CPUs appear in any other container's cpuset."""
-    for a in p.engine.cache:
+    for a in p.engine.allocations():
         assert a.exclusive.issubset(CpuSet.parse(rt.cpus[a.container_id] or ""))
         for other, cpus in rt.cpus.items():
             if other != a.container_id:
@@ -366,16 +367,28 @@ def test_update_container_moves_to_new_request(tmp_path: Path) -> None:
         ({"reserved": ""}, "spec.reservedResources.cpu: required"),
         ({"reserved": "20"}, "spec.reservedResources.cpu: '20' needs 20 CPUs but only 16"),
         ({"reserved": "cpuset:0-3", "available": "cpuset:4-15"}, "not within the available"),
-        ({"reserved": "cpuset:0-x"}, "spec.reservedResources.cpu: invalid cpuset"),
         ({"available": "4"}, "spec.availableResources.cpu: '4': a CPU quantity"),
         ({"available": "cpuset:99"}, "spec.availableResources.cpu: 'cpuset:99' leaves no"),
-        ({"reserved": "lots"}, "spec.reservedResources.cpu: 'lots' is not a CPU quantity"),
     ],
 )
 def test_config_errors(tmp_path: Path, spec: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError) as err:
         policy(tmp_path, N4C16, **spec)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("cpuset:0-x", "invalid CPU list '0-x' in 'cpuset:0-x'"),
+        ("cpuset:0-99999", "invalid cpuset '0-99999': id 99999 is above 65536"),
+        ("lots", "expected a CPU quantity, cpuset:<list> or exclude-cpuset:<list>, got 'lots'"),
+    ],
+)
+def test_a_cpu_value_that_does_not_parse_never_reaches_the_policy(text: str, message: str) -> None:
+    with pytest.raises(InvalidValue) as err:
+        Constraints.of(cpu=text)
+    assert str(err.value) == message
 
 
 def test_isolated_reserved_must_be_single(tmp_path: Path) -> None:

@@ -58,13 +58,13 @@ def _policy(root: Path) -> TopologyAwarePolicy:
 def _assert_runtime_holds_fresh_targets(p: TopologyAwarePolicy, rt: Runtime) -> None:
     """Every container holds what its grant means with the shared sets computed anew."""
     engine = p.engine
-    taken = CpuSet.union_all(a.exclusive for a in engine.cache)
-    shared = [s - taken for s in engine.sharable]
-    assert [engine.shared_cpus(i) for i in range(len(shared))] == shared
-    for a in engine.cache:
+    taken = CpuSet.union_all(a.exclusive for a in engine.allocations())
+    shared = [s - taken for s in engine.supply.sharable]
+    assert [engine.supply.shared_cpus(i) for i in range(len(shared))] == shared
+    for a in engine.allocations():
         if a.container_id not in rt.containers:
             continue  # a claim entry, not a container
-        cpus, mems = engine.desired(a, taken, shared)
+        cpus, mems = engine.cpusets.desired(a, taken, shared)
         held = rt.placement(rt.containers[a.container_id])
         assert (str(cpus), str(mems)) == held, a.name
 
@@ -85,10 +85,10 @@ def test_after_every_grant_and_release_containers_hold_fresh_targets(
             rt.remove(live.pop(rng.randrange(len(live))))
         else:
             live.append(rt.create(_workload(rng, i)))
-            a = p.engine.cache.get(live[-1].id)
+            a = p.engine.allocation(live[-1].id)
             assert a is not None
             exclusive_grants += bool(a.exclusive)
-            depths.add(p.engine.pools[p.engine.index[a.pool]].depth)
+            depths.add(p.engine.pools[p.engine.supply.index[a.pool]].depth)
         _assert_runtime_holds_fresh_targets(p, rt)
     assert exclusive_grants >= 3, "the sequence must move the shared sets several times"
     assert depths == {0, 1, 2}, "containers in the root, a socket and a NUMA node"

@@ -3,7 +3,7 @@ happens when no pool can take a container (over-commit, refusal, a bad annotatio
 
 Through the policy's public calls only (create_container and the runtime view), so the tests
 hold whatever module the engine's parts live in. Each expectation names its rule: the
-nri-plugins source (cmd/plugins/topology-aware/policy/) or this project's README.
+nri-plugins source (cmd/plugins/topology-aware/policy/) or this project's docs (docs/policies.md).
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def test_an_isolated_cpu_is_still_granted_when_nothing_is_sharable(tmp_path: Pat
 def test_an_invalid_unlimited_burstable_level_is_logged_and_the_configured_one_used(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # README: "unlimited-burstable ... another value is logged, the config's level used".
+    # docs/policies.md: "unlimited-burstable ... another value is logged, the config's level used".
     p = policy(tmp_path)
     rt = Runtime(p)
     pod, ctr = burstable("bu", 200, None)
@@ -184,14 +184,14 @@ def test_an_exclusive_request_prefers_shared_capacity_over_fewer_neighbours(
     # (the only node still empty), then #1 again (#1-#3 have a CPU more than #0).
     p = policy(tmp_path)
     rt = Runtime(p)
-    nodes = [p.engine.cache.get(rt.create(besteffort(f"be{i}")).id).pool for i in range(5)]  # type: ignore[union-attr]
+    nodes = [p.engine.allocation(rt.create(besteffort(f"be{i}")).id).pool for i in range(5)]  # type: ignore[union-attr]
     assert nodes == [f"NUMA node #{n}" for n in (1, 2, 3, 0, 1)]
     # Node #1 now has two neighbours, #2 and #3 one: a shared request would avoid #1, an
     # exclusive CPU goes there (three shared CPUs left, as in #2 and #3; the lower id).
     g = rt.create(guaranteed("g", 1000))
-    assert p.engine.cache.get(g.id).pool == "NUMA node #1"  # type: ignore[union-attr]
+    assert p.engine.allocation(g.id).pool == "NUMA node #1"  # type: ignore[union-attr]
     s = rt.create(burstable("s", 100, 100))
-    assert p.engine.cache.get(s.id).pool != "NUMA node #1"  # type: ignore[union-attr]
+    assert p.engine.allocation(s.id).pool != "NUMA node #1"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("shared_load", "kind"), [(1000, EXCL), (1001, SHARED)])

@@ -364,7 +364,7 @@ def test_strict_hints_fail_creation_and_leave_nothing_allocated(tmp_path: Path) 
     p3, c3 = annotated("c", 2000, anns)
     with pytest.raises(PlacementError, match="fail strict hint"):
         rt.create((p3, c3))
-    assert c3.id not in p.engine.cache
+    assert p.engine.allocation(c3.id) is None
     # The same request without strict runs, outside the hinted node.
     c4 = rt.create(annotated("d", 2000, {TEST: "{a: {NUMAs: '2'}}"}))
     assert rt.cpus[c4.id] is not None and not cs(rt.cpus[c4.id]).issubset(cs("8-11"))
@@ -376,7 +376,7 @@ def test_a_strict_container_already_running_is_kept_on_synchronize(tmp_path: Pat
     anns = {TEST: "{a: {CPUs: '8'}}", STRICT: "true"}
     pd, c = annotated("a", 2000, anns)
     p.synchronize([pd], [running(c, "12-13", "3")])
-    assert c.id in p.engine.cache
+    assert p.engine.allocation(c.id) is not None
 
 
 def test_pick_resources_by_hints_takes_exclusive_cpus_from_each_hint(tmp_path: Path) -> None:

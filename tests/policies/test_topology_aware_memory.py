@@ -362,7 +362,7 @@ def test_memory_beyond_the_machine_is_over_committed_with_a_warning(
     assert "fit no zone" in caplog.text
     engine = rt.policy.engine  # type: ignore[attr-defined]
     assert "morec0" not in engine.memory.zones()
-    pool = engine.pools[engine.index[engine.cache.get("morec0").pool]]
+    pool = engine.pools[engine.supply.index[engine.allocation("morec0").pool]]
     assert mems(rt, "morec0") == set(pool.mems)
 
 

@@ -80,10 +80,10 @@ def test_the_memory_offer_chooses_the_pool(
     rt = Runtime(policy)
     p = pod("pod0", qos)
     c = rt.create((p, _container("pod0", qos, mem_request, limit)))
-    granted = policy.engine.cache.get(c.id)
+    granted = policy.engine.allocation(c.id)
     assert granted is not None
     engine = policy.engine
-    assert engine.pools[engine.index[granted.pool]].level == level
+    assert engine.pools[engine.supply.index[granted.pool]].level == level
     assert len(system.nodes_of(CpuSet.parse(rt.cpus[c.id] or ""))) == cpu_nodes
     assert len(CpuSet.parse(rt.mems[c.id] or "")) == mems
 

@@ -60,7 +60,7 @@ def test_memory_constraints_are_said_not_applied_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     write_sysfs(tmp_path, N4C16)
-    spec = attrs.evolve(topology_spec(), reserved_resources=Constraints(cpu="750m", memory="1G"))
+    spec = attrs.evolve(topology_spec(), reserved_resources=Constraints.of(cpu="750m", memory="1G"))
     with caplog.at_level(logging.WARNING):
         for _ in range(2):
             TopologyAwarePolicy().setup(spec, PolicyEnv(host_root=str(tmp_path)))

@@ -38,7 +38,9 @@ def mixed_workload(rt: Runtime) -> None:
 
 
 def placements(p: TopologyAwarePolicy) -> dict[str, tuple[str, str, str]]:
-    return {a.container_id: (a.pool, a.kind.value, str(a.exclusive)) for a in p.engine.cache}
+    return {
+        a.container_id: (a.pool, a.kind.value, str(a.exclusive)) for a in p.engine.allocations()
+    }
 
 
 @pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
@@ -57,7 +59,7 @@ def test_restart_keeps_placement(tmp_path: Path, topology: str) -> None:
     assert placements(new) == placements(old)
     # The restored view of every container is what the runtime holds.
     held = {cid: (_parsed(rt.cpus[cid]), _parsed(rt.mems[cid])) for cid in rt.cpus}
-    assert {a.container_id: (a.cpus, a.mems) for a in new.engine.cache} == held
+    assert {a.container_id: (a.cpus, a.mems) for a in new.engine.allocations()} == held
 
     # Both instances now make the same decisions: the restored state is the real state.
     victim = next(c for c in rt.containers.values() if c.id.startswith("g1"))
@@ -95,8 +97,8 @@ def test_restart_repins_unpinned_and_drops_stopped(tmp_path: Path) -> None:
     updates = new.synchronize([*pods, stopped_pod], [*containers, stopped])
     assert [u.container_id for u in updates] == [be.id]
     assert updates[0].adjustment.cpuset_cpus == "8-11"  # the roomiest pool, away from g
-    assert new.engine.cache.get(g.id) is not None
-    assert new.engine.cache.get(stopped.id) is None
+    assert new.engine.allocation(g.id) is not None
+    assert new.engine.allocation(stopped.id) is None
 
 
 def test_restart_with_conflicting_cpusets_reallocates(tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ def annotated(
 
 
 def pool_of(p: TopologyAwarePolicy, c: Container) -> str:
-    a = p.engine.cache.get(c.id)
+    a = p.engine.allocation(c.id)
     assert a is not None
     return a.pool
 
@@ -163,7 +163,7 @@ def test_find_existing_topology_level(levels: list[str], wanted: str, found: str
 
 def test_upstream_ids_number_children_before_parents(tmp_path: Path) -> None:
     e = policy(tmp_path).engine
-    order = sorted(e.upstream_id, key=e.upstream_id.__getitem__)
+    order = sorted(e.supply.upstream_id, key=e.supply.upstream_id.__getitem__)
     assert [e.pools[i].name for i in order] == [
         "NUMA node #0",
         "NUMA node #1",
@@ -195,9 +195,9 @@ def test_an_exclusive_grant_takes_no_shared_load(tmp_path: Path) -> None:
     p = policy(tmp_path)
     rt = Runtime(p)
     g = rt.create(guaranteed("g", 1000))
-    a = p.engine.cache.get(g.id)
+    a = p.engine.allocation(g.id)
     assert a is not None and a.kind is Kind.EXCLUSIVE and a.shared_part == 0
-    assert p.engine.pool_load(p.engine.index[a.pool]).shared_mcpu == 0
+    assert p.engine.supply.pool_load(p.engine.supply.index[a.pool]).shared_mcpu == 0
 
 
 def test_a_pool_with_an_exclusive_grant_still_takes_shared_containers(tmp_path: Path) -> None:
@@ -230,8 +230,8 @@ def test_slicing_leaves_a_busy_childs_shared_cpus_and_one_for_besteffort(tmp_pat
     g = e.grant("g", "pg", "g", Want(Kind.EXCLUSIVE, 4, 4000), hint="socket #0")
     assert g.kind is Kind.EXCLUSIVE and g.pool == "socket #0"
     assert len(g.exclusive & CpuSet.parse("1-3")) == 3 and len(g.exclusive) == 4
-    assert len(e.shared_cpus(e.index["NUMA node #1"])) == 3
-    assert not e.shared_cpus(e.index["NUMA node #0"])
+    assert len(e.supply.shared_cpus(e.supply.index["NUMA node #1"])) == 3
+    assert not e.supply.shared_cpus(e.supply.index["NUMA node #0"])
 
 
 def test_without_zero_request_containers_the_same_slice_fits(tmp_path: Path) -> None:
@@ -241,17 +241,17 @@ def test_without_zero_request_containers_the_same_slice_fits(tmp_path: Path) -> 
     e.grant("bu", "pbu", "bu", Want(Kind.SHARED, request=2000, limit=2000), hint="NUMA node #1")
     g = e.grant("g", "pg", "g", Want(Kind.EXCLUSIVE, 4, 4000), hint="socket #0")
     assert g.pool == "socket #0" and len(g.exclusive) == 4
-    assert len(e.shared_cpus(e.index["NUMA node #1"])) == 2
+    assert len(e.supply.shared_cpus(e.supply.index["NUMA node #1"])) == 2
 
 
 def test_a_besteffort_counts_one_mcpu_of_shared_capacity(tmp_path: Path) -> None:
     p = policy(tmp_path, ONE_SOCKET_4CPU, reserved="cpuset:0")
     e = p.engine
     e.grant("b", "pb", "b", Want(Kind.SHARED, request=3000, limit=3000))
-    assert e.choose(Want(Kind.SHARED)) is not None, "a BestEffort may share a full pool"
+    assert e.supply.choose(Want(Kind.SHARED)) is not None, "a BestEffort may share a full pool"
     e.grant("be", "pbe", "be", Want(Kind.SHARED))
-    assert e.pool_load(0).shared_mcpu == 3001
-    assert e.choose(Want(Kind.SHARED, request=1, limit=1)) is None
+    assert e.supply.pool_load(0).shared_mcpu == 3001
+    assert e.supply.choose(Want(Kind.SHARED, request=1, limit=1)) is None
 
 
 # -- item 4: reserved requests beyond the reserved capacity -----------------------------------
@@ -267,17 +267,17 @@ def test_reserved_overflow_falls_back_to_normal_shared_cpus(
     with caplog.at_level(logging.WARNING):
         k2 = rt.create(burstable("k2", 500, 500, namespace="kube-system"))
     k3 = rt.create(burstable("k3", 200, 200, namespace="kube-system"))
-    kinds = [p.engine.cache.get(c.id).kind for c in (k1, k2, k3)]  # type: ignore[union-attr]
+    kinds = [p.engine.allocation(c.id).kind for c in (k1, k2, k3)]  # type: ignore[union-attr]
     assert kinds == [Kind.RESERVED, Kind.SHARED, Kind.RESERVED]
     assert rt.cpus[k1.id] == rt.cpus[k3.id] == "0"
     # pools.go allocatePool puts reserved requests in the root; the fallback keeps that pool,
     # so the container gets the root's whole shared set, not one node's.
-    assert p.engine.cache.get(k2.id).pool == "root"  # type: ignore[union-attr]
+    assert p.engine.allocation(k2.id).pool == "root"  # type: ignore[union-attr]
     assert rt.cpus[k2.id] == "1-15"
     assert "needs 500 mCPU reserved, only 200 available" in caplog.text
     # Full reserved CPUs still take a container asking no CPU (upstream: "fraction > 0").
     be = rt.create(besteffort("kbe", namespace="kube-system"))
-    assert p.engine.cache.get(be.id).kind is Kind.RESERVED  # type: ignore[union-attr]
+    assert p.engine.allocation(be.id).kind is Kind.RESERVED  # type: ignore[union-attr]
 
 
 # -- item 9: limited Burstable prefers a pool covering its limit ------------------------------
@@ -371,8 +371,8 @@ def test_anti_affinity_overrides_colocate_pods(tmp_path: Path) -> None:
     # c has no explicit affinity: the implicit one pulls it to both a and b, so to the
     # pool holding both (the root: affinityScore sums the subtree's weights, diluted).
     pools = p.engine.pools
-    home = pools[p.engine.index[pool_of(p, c)]].cpus
-    assert all(pools[p.engine.index[pool_of(p, x)]].cpus.issubset(home) for x in (a, b))
+    home = pools[p.engine.supply.index[pool_of(p, c)]].cpus
+    assert all(pools[p.engine.supply.index[pool_of(p, x)]].cpus.issubset(home) for x in (a, b))
     assert pool_of(p, c) == "root"
 
 
@@ -464,11 +464,11 @@ def test_hide_hyperthreads_exclusive_and_shared(tmp_path: Path) -> None:
     rt = Runtime(p)
     hide = {f"hide-hyperthreads.{P}": "true"}
     g = rt.create(guaranteed("g", 2000, annotations=hide))
-    a = p.engine.cache.get(g.id)
+    a = p.engine.allocation(g.id)
     assert a is not None and a.exclusive == CpuSet.parse("4-5")
     assert rt.cpus[g.id] == "4"
     s = rt.create(besteffort("s", annotations=hide))
-    shared = p.engine.shared_cpus(p.engine.index[pool_of(p, s)])
+    shared = p.engine.supply.shared_cpus(p.engine.supply.index[pool_of(p, s)])
     cpus = CpuSet.parse(rt.cpus[s.id] or "")
     assert (
         cpus.issubset(shared)
@@ -507,7 +507,7 @@ def test_t_and_f_annotations_now_apply(tmp_path: Path) -> None:
     p = policy(tmp_path)
     rt = Runtime(p)
     g = rt.create(guaranteed("g", 1000, annotations={f"prefer-shared-cpus.{P}": "t"}))
-    assert p.engine.cache.get(g.id).kind is Kind.SHARED  # type: ignore[union-attr]
+    assert p.engine.allocation(g.id).kind is Kind.SHARED  # type: ignore[union-attr]
 
 
 # -- item 13: reservedResources.cpu exclude-cpuset: -------------------------------------------
@@ -531,12 +531,12 @@ def test_a_reserved_overflow_keeps_its_shared_cpus_over_a_restart(tmp_path: Path
     rt = Runtime(p)
     rt.create(burstable("b", 1000))  # unlimited: the socket
     k = rt.create(guaranteed("k", 1500, namespace="kube-system"))
-    assert p.engine.cache.get(k.id).kind is Kind.SHARED  # type: ignore[union-attr]
+    assert p.engine.allocation(k.id).kind is Kind.SHARED  # type: ignore[union-attr]
     before = dict(rt.cpus)
     fresh = policy(tmp_path / "again", layout)
     pods, containers = rt.reported()
     assert fresh.synchronize(pods, containers) == []
-    assert fresh.engine.cache.get(k.id).kind is Kind.SHARED  # type: ignore[union-attr]
+    assert fresh.engine.allocation(k.id).kind is Kind.SHARED  # type: ignore[union-attr]
     assert rt.cpus == before
 
 
@@ -547,5 +547,5 @@ def test_reconfigured_reserved_cpus_keep_reserved_containers_reserved(tmp_path: 
     k = rt.create(besteffort("k", namespace="kube-system"))
     assert rt.cpus[k.id] == "0"
     rt.apply(p.reconfigure(topology_spec(reserved="cpuset:1")))
-    assert p.engine.cache.get(k.id).kind is Kind.RESERVED  # type: ignore[union-attr]
+    assert p.engine.allocation(k.id).kind is Kind.RESERVED  # type: ignore[union-attr]
     assert rt.cpus[k.id] == "1"

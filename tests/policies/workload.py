@@ -84,16 +84,16 @@ def besteffort(
 
 def topology_spec(reserved: str = "750m", available: str | None = None, **kw: Any) -> PolicySpec:
     return TopologyAwareSpec(
-        reserved_resources=Constraints(cpu=reserved),
-        available_resources=Constraints(cpu=available),
+        reserved_resources=Constraints.of(cpu=reserved or None),
+        available_resources=Constraints.of(cpu=available),
         **kw,
     )
 
 
 def balloons_spec(reserved: str = "1", available: str | None = None, **kw: Any) -> PolicySpec:
     return BalloonsSpec(
-        reserved_resources=Constraints(cpu=reserved),
-        available_resources=Constraints(cpu=available),
+        reserved_resources=Constraints.of(cpu=reserved or None),
+        available_resources=Constraints.of(cpu=available),
         **kw,
     )
 

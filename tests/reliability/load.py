@@ -21,6 +21,7 @@ from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.nri.errors import ConnectionLost, RpcError
 from nri_resmgr.nri.handlers import PLUGIN_SERVICE
 from nri_resmgr.sim.connection import SimPlugin
+from tests.dra.fake_driver import numbered_uid
 from tests.dra.kubelet_client import KubeletStubs
 from tests.reliability.soak import CTR_ID, POD_ID, TEMPLATES, UID
 
@@ -86,7 +87,8 @@ class DraLoad:
         self.channel = grpc.insecure_channel(f"unix:{self.socket}")
         stub = self.stubs.dra["v1"].grpc.DRAPluginStub(self.channel)
         for n in range(count):
-            claim = pb2.Claim(namespace="default", name=f"claim-{n}", uid=f"uid-{n}")
+            uid = numbered_uid(n)
+            claim = pb2.Claim(namespace="default", name=f"claim-{uid}", uid=uid)
             request = pb2.NodePrepareResourcesRequest(claims=[claim])
             self.futures.append(stub.NodePrepareResources.future(request, timeout=TIMEOUT))
 
@@ -106,7 +108,7 @@ class DraLoad:
                 if kind == "other":
                     other.append(f"prepare {n}: {exc.code()} {exc.details()}")
                 continue
-            claim = reply.claims.get(f"uid-{n}")
+            claim = reply.claims.get(numbered_uid(n))
             if claim is None or claim.error:
                 counts["other"] += 1
                 other.append(f"prepare {n}: bad answer {reply}")

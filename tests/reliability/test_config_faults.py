@@ -78,7 +78,8 @@ async def eventually(check: Callable[[], bool]) -> None:
 
 
 def reserved(manager: ResourceManager) -> str | None:
-    return manager.spec.reserved_resources.cpu
+    value = manager.spec.reserved_resources.cpu
+    return None if value is None else value.text
 
 
 def status(kube: FakeKube) -> tuple[str, int] | None:

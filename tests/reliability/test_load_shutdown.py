@@ -4,8 +4,8 @@ real SIGTERM to the daemon in the middle of them.
 The in-process daemon (``Daemon`` with ``NriService`` and ``KubeletPlugin``, as
 ``app.build_services`` wires them) lets the test look inside afterwards: the exit is the
 clean path (no grace expiry, exit 0), no task of the daemon is left, every request was either
-answered or saw its connection closed, and the manager's cache holds each container fully
-(with its allocation, and the cpuset its reply carried) or not at all.
+answered or saw its connection closed, and the policy holds each container fully (its
+allocation with the cpuset its reply carried) or not at all.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import trio
 
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.daemon import EXIT_OK, Daemon
-from nri_resmgr.dra.plugin import KubeletPlugin
+from nri_resmgr.dra.kubeletplugin import KubeletPlugin
 from nri_resmgr.nri.service import NriService
 from nri_resmgr.sim.runtime import Simulator
+from tests.dra.fake_driver import DRIVER, AllocatedEverywhere, LockedDriver
 from tests.dra.kubelet_client import KubeletStubs
 from tests.reliability.load import (
     DraLoad,
@@ -65,8 +66,9 @@ async def test_sigterm_under_load_exits_cleanly_and_half_applies_nothing(
     manager = topology_manager(host_root)
     nri_socket = str(sock_dir / "nri.sock")
     nri = NriService(manager, nri_socket, "resmgr", "90", env={}, backoff=fast_backoff())
-    dra = KubeletPlugin(manager, "topology-aware.nri.io", sock_dir / "plugins",
-                        sock_dir / "registry", node_name="node-1", poll_interval=0.05)  # fmt: skip
+    dra = KubeletPlugin(LockedDriver(manager.lock), DRIVER, AllocatedEverywhere(),  # type: ignore[arg-type]
+                        sock_dir / "plugins", sock_dir / "registry", cdi_dir=sock_dir / "cdi",
+                        poll_interval=0.05)  # fmt: skip
     daemon = Daemon([nri, dra], grace=GRACE)
     load = DraLoad(kubelet_stubs, dra.dra_socket)
     nri_out = NriOutcomes()
@@ -124,11 +126,12 @@ async def test_sigterm_under_load_exits_cleanly_and_half_applies_nothing(
     assert nri_out.counts["answered"] + dra_counts["answered"] > 0
     assert nri_out.counts["closed"] + dra_counts["closed"] > 0, "SIGTERM came after all answers"
 
-    # Nothing half-applied: each container is fully known (with its allocation) or absent,
-    # and every answered CreateContainer is known, holding the exclusive CPUs its reply gave.
-    # (Shared cpusets legitimately change later, with the pool.)
+    # Nothing half-applied: each container is fully known (its allocation holding the cpuset
+    # it was answered) or absent, and every answered CreateContainer is known, holding the
+    # exclusive CPUs its reply gave. (Shared cpusets legitimately change later, with the pool.)
     allocs = allocations(manager)
-    assert set(manager.containers) == set(allocs)
+    assert set(allocs) <= {container_id(n) for n in range(NRI_PODS)}
+    assert [cid for cid, a in allocs.items() if a.cpus is None] == []
     for cid, reply in nri_out.answered.items():
         assert cid in allocs, f"{cid} was answered but the cache forgot it"
         assert allocs[cid].cpus is not None

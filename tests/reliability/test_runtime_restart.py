@@ -118,6 +118,6 @@ async def test_runtime_restart_mid_stream_loses_and_doubles_nothing(
                 for pod, ctr in [*settled, *in_flight, *more]:
                     await second.stop_container(pod, ctr)
                     await second.remove_container(pod, ctr)
-                assert allocations(manager) == {} and manager.containers == {}
+                assert allocations(manager) == {} and second.containers == {}
     # The cut really happened mid-stream (otherwise this test proves nothing).
     assert cut_off, "no create was in flight when the runtime went away"

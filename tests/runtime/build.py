@@ -32,8 +32,8 @@ class PeerUnavailable(RuntimeError):
     """A part of the real-runtime setup cannot be built or installed on this machine."""
 
 
-def runtime_dir() -> Path:
-    return cache_dir() / "runtime" / f"containerd-{CONTAINERD_VERSION}"
+def runtime_dir(version: str = CONTAINERD_VERSION) -> Path:
+    return cache_dir() / "runtime" / f"containerd-{version}"
 
 
 @contextlib.contextmanager
@@ -46,25 +46,26 @@ def build_lock(name: str) -> Iterator[None]:
         yield
 
 
-def ensure_containerd() -> Path:
-    """The directory holding containerd, ctr, the runc shim and crictl; built on first use."""
-    out = runtime_dir()
+def ensure_containerd(version: str = CONTAINERD_VERSION) -> Path:
+    """The directory holding containerd ``version`` (a v2 release), ctr, the runc shim and
+    crictl; built on first use."""
+    out = runtime_dir(version)
     if all((out / b).exists() for b in BINARIES):
         return out
     with build_lock(out.name):
         if not all((out / b).exists() for b in BINARIES):
-            _build_containerd(out)
+            _build_containerd(out, version)
     return out
 
 
-def _build_containerd(out: Path) -> None:
+def _build_containerd(out: Path, version: str) -> None:
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     started = time.monotonic()
-    ldflags = f"-s -w -X {CONTAINERD_PKG}/version.Version={CONTAINERD_VERSION}"
+    ldflags = f"-s -w -X {CONTAINERD_PKG}/version.Version={version}"
     ldflags += f" -X {CONTAINERD_PKG}/version.Package={CONTAINERD_PKG}"
-    at = f"@{CONTAINERD_VERSION}"
+    at = f"@{version}"
     _install(
         tmp,
         "urfave_cli_no_docs no_btrfs",
@@ -84,7 +85,7 @@ def _build_containerd(out: Path) -> None:
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     print(
-        f"built containerd {CONTAINERD_VERSION} + crictl in {time.monotonic() - started:.0f}s",
+        f"built containerd {version} + crictl in {time.monotonic() - started:.0f}s",
         file=sys.stderr,
     )
 

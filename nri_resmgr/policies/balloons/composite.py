@@ -1,8 +1,10 @@
 """Composite balloons (``components``): a balloon whose CPUs are the union of component
 balloons of other types, each sized to an equal share and placed by its own type's rules
 (its devices, its minCPUs/maxCPUs). ``componentCreation: balance-balloons`` makes one
-component, of the component type with the fewest instances; the default (``all``) one of
-each."""
+component, of the component type with the fewest instances (counting, as upstream's
+balloonsByDefIncludingComponents does, every live balloon of that type or of a type it is
+made of, on its own or as a component; ties go to the first listed); the default (``all``)
+one of each."""
 
 from __future__ import annotations
 
@@ -25,6 +27,26 @@ def instances(balloons: list[Balloon], name: str) -> int:
     return sum(1 for b in _all(balloons) if b.type.name == name)
 
 
+def _family(types: dict[str, BalloonType], name: str) -> set[str]:
+    """``name`` and every type its balloons are made of, transitively."""
+    family: set[str] = set()
+    pending = [name]
+    while pending:
+        current = pending.pop()
+        if current in family:
+            continue
+        family.add(current)
+        if (t := types.get(current)) is not None:
+            pending.extend(c.balloon_type for c in t.components)
+    return family
+
+
+def related_instances(types: dict[str, BalloonType], balloons: list[Balloon], name: str) -> int:
+    """Live balloons, components included, of type ``name`` or of a type it is made of."""
+    family = _family(types, name)
+    return sum(1 for b in _all(balloons) if b.type.name in family)
+
+
 def components(
     types: Sequence[BalloonType], balloons: list[Balloon], t: BalloonType
 ) -> list[Balloon] | None:
@@ -35,7 +57,7 @@ def components(
     if len(wanted) != len(t.components):
         return None
     if t.component_creation == "balance-balloons":
-        counts = [(instances(balloons, w.name), i) for i, w in enumerate(wanted)]
+        counts = [(related_instances(by_name, balloons, w.name), i) for i, w in enumerate(wanted)]
         wanted = [wanted[min(counts)[1]]]
     out = []
     for w in wanted:

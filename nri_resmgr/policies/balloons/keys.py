@@ -95,3 +95,12 @@ NOT_APPLIED = (
         )
     ),
 )
+
+NOT_APPLIED_CONSTRAINTS = ("spec.reservedResources.memory", "spec.availableResources.memory")
+"""Common keys balloons accepts and does not act on: like upstream's, the policy reads only the
+``cpu`` entry of both constraints. (Kept apart from ``NOT_APPLIED``, which lists only the
+balloons model's own keys.)"""
+
+CLASS_NOT_APPLIED = ("energyPerformancePreference", "disabledCstates")
+"""Keys of a ``control.cpu.classes`` entry that balloons' CPU control does not write (it
+writes frequencies and governors); said at load as ``spec.control.cpu.classes.<name>.KEY``."""

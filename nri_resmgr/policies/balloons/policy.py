@@ -10,18 +10,22 @@ import attrs
 
 from nri_resmgr.config.expressions import evaluate, expand
 from nri_resmgr.config.models import BalloonsSpec, BalloonType, PolicySpec
-from nri_resmgr.config.notapplied import report
+from nri_resmgr.config.notapplied import in_use, report, say_once
+from nri_resmgr.config.values import CpuList, CpusExcept
 from nri_resmgr.control import CpuFreqControl, FreqClass
 from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.instrumentation.exports import PolicyGauge, TopologyZone
-from nri_resmgr.policies.allocations import Allocation
-from nri_resmgr.policies.annotations import lookup, lookup_bool
 from nri_resmgr.policies.balloons import cpuclasses, exports
 from nri_resmgr.policies.balloons.balloon import Balloon
 from nri_resmgr.policies.balloons.devices import close_cpus
-from nri_resmgr.policies.balloons.keys import NOT_APPLIED
+from nri_resmgr.policies.balloons.keys import (
+    CLASS_NOT_APPLIED,
+    NOT_APPLIED,
+    NOT_APPLIED_CONSTRAINTS,
+)
+from nri_resmgr.policies.balloons.preferences import BalloonPreferences, preferences_of
 from nri_resmgr.policies.balloons.restore import Live, rebuild
 from nri_resmgr.policies.balloons.state import Balloons
 from nri_resmgr.policies.balloons.types import (
@@ -93,7 +97,8 @@ class BalloonsPolicy(HardwarePolicy):
         _check_memory_types(spec)
         self._check_cpu_classes_writable(spec)
         types = balloon_types(spec)
-        report(spec, NOT_APPLIED)
+        report(spec, (*NOT_APPLIED, *NOT_APPLIED_CONSTRAINTS))
+        _report_class_keys(spec)
         allowed = allowed_cpus(self.system, spec.available_resources)
         reserved = reserved_cpus(self.system, spec.reserved_resources, allowed)
         types, reserved = _reserved_type(spec, types, reserved)
@@ -215,11 +220,11 @@ class BalloonsPolicy(HardwarePolicy):
         for b in state.balloons:
             state.fit(b)
         for live in lives:
-            a = state.members.get(live.container.id)
-            if a is not None:
+            cid = live.container.id
+            if cid in state.members:
                 self._remember_settings(live)
-                cpus, mems = (held or {}).get(live.container.id, (live.cpus, live.mems))
-                state.members.put(_with_applied(a, cpus, mems))
+                cpus, mems = (held or {}).get(cid, (live.cpus, live.mems))
+                state.hold(cid, cpus, mems)
         return state.refresh()
 
     def _live(
@@ -256,9 +261,7 @@ class BalloonsPolicy(HardwarePolicy):
         cpus, mems = state.desired(
             b, state.free(), container.id, reported_cpuset(res.cpuset_mems, container)
         )
-        a = state.members.get(container.id)
-        assert a is not None
-        state.members.put(_with_applied(a, cpus, mems))
+        state.hold(container.id, cpus, mems)
         log.info("%s: balloon %s: cpus %s mems %s", live.name, b.name, cpus, mems)
         adjustment = Adjustment(
             cpuset_cpus=None if cpus is None else str(cpus),
@@ -296,11 +299,12 @@ class BalloonsPolicy(HardwarePolicy):
     def _remember_settings(self, live: Live) -> None:
         """The container's own annotations that shape its cpuset (also after a restore)."""
         state, cid = self.state, live.container.id
-        if _hide_hyperthreads(live.pod, live.container, live.type):
+        prefs = preferences_of(live.pod, live.container)
+        if _hide_hyperthreads(prefs, live.type):
             state.no_ht.add(cid)
-        if lookup_bool(live.pod, live.container, "memory.preserve") is True:
+        if prefs.keep_mems:
             state.keep_mems.add(cid)
-        types = _memory_type_annotation(live)
+        types = _memory_type_annotation(prefs, live)
         if types:
             state.mem_types[cid] = types
 
@@ -314,7 +318,7 @@ class BalloonsPolicy(HardwarePolicy):
             return None
 
     def _preserved(self, pod: Pod, c: Container) -> bool:
-        if lookup_bool(pod, c, "cpu.preserve") is True:
+        if preferences_of(pod, c).cpu_preserve:
             return True
         rules = self.state.spec.preserve
         if rules is None:
@@ -335,9 +339,7 @@ class BalloonsPolicy(HardwarePolicy):
     def updates_failed(self, container_ids: Sequence[str]) -> None:
         # What those containers hold is unknown now: the next refresh sends it again.
         for cid in container_ids:
-            a = self.state.members.get(cid)
-            if a is not None:
-                self.state.members.put(_with_applied(a, None, None))
+            self.state.hold(cid, None, None)
 
     # -- exports --------------------------------------------------------------------------
 
@@ -354,8 +356,8 @@ def _reserved_type(
     """The reserved type as upstream completes it. A reserved cpuset is the reserved
     balloon's start (and its minCPUs unless set); a quantity is only its minCPUs, the
     CPUs are chosen like any balloon's (then no CPU is reserved as such)."""
-    text = (spec.reserved_resources.cpu or "").strip()
-    is_set = text.startswith(("cpuset:", "exclude-cpuset:"))
+    cpu = spec.reserved_resources.cpu
+    is_set = isinstance(cpu, CpuList | CpusExcept)
     out = []
     for t in types:
         if t.name == RESERVED:
@@ -366,7 +368,7 @@ def _reserved_type(
             elif t.min_cpus and t.min_cpus != len(reserved):
                 raise ConfigError(
                     f"spec.balloonTypes: reserved minCPUs {t.min_cpus} does not match "
-                    f"reservedResources.cpu {text!r}"
+                    f"reservedResources.cpu {cpu.text if cpu else ''!r}"
                 )
             else:
                 t = attrs.evolve(t, min_cpus=len(reserved))
@@ -374,14 +376,10 @@ def _reserved_type(
     return out, (reserved if is_set else CpuSet())
 
 
-def _hide_hyperthreads(pod: Pod, c: Container, t: BalloonType) -> bool:
+def _hide_hyperthreads(prefs: BalloonPreferences, t: BalloonType) -> bool:
     """The hide-hyperthreads annotation, else the balloon type's hideHyperthreads."""
-    value = lookup_bool(pod, c, "hide-hyperthreads")
+    value = prefs.hide_hyperthreads
     return value if value is not None else bool(t.hide_hyperthreads)
-
-
-def _with_applied(a: Allocation, cpus: CpuSet | None, mems: CpuSet | None) -> Allocation:
-    return attrs.evolve(a, cpus=cpus, mems=mems)
 
 
 def _check_memory_types(spec: BalloonsSpec) -> None:
@@ -393,10 +391,10 @@ def _check_memory_types(spec: BalloonsSpec) -> None:
             raise ConfigError(f"spec.balloonTypes[{i}].memoryTypes: {e}") from e
 
 
-def _memory_type_annotation(live: Live) -> MemoryType | None:
+def _memory_type_annotation(prefs: BalloonPreferences, live: Live) -> MemoryType | None:
     """The container's memory-type annotation (as upstream, it overrides the balloon's
     memoryTypes); an unknown type is logged and ignored."""
-    value = lookup(live.pod, live.container, "memory-type")
+    value = prefs.memory_type
     if value is None or not value.strip():
         return None
     try:
@@ -404,3 +402,11 @@ def _memory_type_annotation(live: Live) -> MemoryType | None:
     except ValueError as e:
         log.error("%s: ignoring annotation memory-type: %s", live.name, shorten(str(e)))
         return None
+
+
+def _report_class_keys(spec: BalloonsSpec) -> None:
+    """The CPU class keys the control step does not write, said once each when a class sets one."""
+    paths = [f"spec.{k}" for k in CLASS_NOT_APPLIED]
+    for c in spec.control.cpu.classes.values():
+        for path in in_use(c, paths):
+            say_once(f"spec.control.cpu.classes.<name>.{path.removeprefix('spec.')}")

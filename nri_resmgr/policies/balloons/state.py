@@ -303,6 +303,13 @@ class Balloons:
             self.remove_if_surplus(b)
         return b
 
+    def hold(self, cid: str, cpus: CpuSet | None, mems: CpuSet | None) -> None:
+        """Record that member ``cid`` runs with ``cpus`` and ``mems`` (None: unknown, so the
+        next refresh sends its balloon's sets again)."""
+        a = self.members.get(cid)
+        if a is not None:
+            self.members.put(attrs.evolve(a, cpus=cpus, mems=mems))
+
     # -- what it means for the runtime ----------------------------------------------------
 
     def idle_shared(self, b: Balloon, idle: CpuSet) -> CpuSet:

@@ -12,7 +12,7 @@ from nri_resmgr.config.expressions import evaluate
 from nri_resmgr.config.models import BalloonsSpec, BalloonType
 from nri_resmgr.config.validate import validate_spec
 from nri_resmgr.cpus.errors import PlacementError
-from nri_resmgr.policies.annotations import lookup
+from nri_resmgr.policies.balloons.preferences import ANNOTATION, preferences_of
 from nri_resmgr.policies.subject import container_subject
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.shorten import short_repr
@@ -22,8 +22,6 @@ log = logging.getLogger(__name__)
 RESERVED = "reserved"
 DEFAULT = "default"
 KUBE_SYSTEM = "kube-system"
-ANNOTATION = "balloon.balloons"
-"""``balloon.balloons.resource-policy.nri.io`` (with ``/pod`` and ``/container.<name>``)."""
 PRIORITY_ORDER = {"high": 0, "normal": 1, "low": 2, "none": 3}
 
 
@@ -73,7 +71,7 @@ class Matcher:
     def type_for(self, pod: Pod, container: Container) -> BalloonType:
         """The annotated type, else the first whose matchExpressions or namespaces match,
         else ``default``; an annotation naming no type fails (as upstream's does)."""
-        wanted = lookup(pod, container, ANNOTATION)
+        wanted = preferences_of(pod, container).balloon
         if wanted is not None:
             t = self.by_name(wanted.strip())
             if t is None:

@@ -29,8 +29,9 @@ import yaml
 from nri_resmgr.config.expressions import evaluate, key_error
 from nri_resmgr.config.models import Expression, ExprOperator, TopologyAwareSpec
 from nri_resmgr.policies.allocations import Allocation
-from nri_resmgr.policies.annotations import DOMAIN
+from nri_resmgr.policies.annotations import DOMAIN, AnnotationError
 from nri_resmgr.policies.subject import container_subject
+from nri_resmgr.policies.topology_aware.preferences import preferences_of
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.shorten import shorten
 
@@ -50,7 +51,7 @@ _NO_VALUE = {"Exists", "NotExist", "AlwaysTrue"}
 _ALWAYS = Expression("", "AlwaysTrue")
 
 
-class AffinityError(ValueError):
+class AffinityError(AnnotationError):
     """An affinity annotation that cannot be read; the message names the problem."""
 
 
@@ -71,9 +72,10 @@ def pod_scope(pod: Pod) -> Expression:
 
 def container_affinities(pod: Pod, container: Container) -> list[Affinity]:
     """The explicit affinities of ``container`` from its pod's annotations."""
+    prefs = preferences_of(pod, container)
     out: list[Affinity] = []
-    for key, sign in ((AFFINITY_KEY, 1), (ANTI_AFFINITY_KEY, -1)):
-        value = pod.annotations.get(key)
+    for key, value, sign in ((AFFINITY_KEY, prefs.affinity, 1),
+                             (ANTI_AFFINITY_KEY, prefs.anti_affinity, -1)):  # fmt: skip
         if value is not None:
             out.extend(_parse(pod, key, value, sign).get(container.name, []))
     return out

@@ -5,7 +5,7 @@ same order, so the result is the sequential one (``tests/policies`` compares the
 random workloads). What it saves is per-container work that cannot change the decision of a
 plain shared container: one Allocation built instead of two (``_place`` builds a base and
 evolves it with ``attrs.evolve``, which alone costs more than the rest of the build) and the
-calls around them; the decision itself is ``Engine.choose``, on the state the previous grants
+calls around them; the decision itself is ``Supply.choose``, on the state the previous grants
 left, exactly as ``grant`` makes it. Anything else (exclusive or mixed CPUs, reserved,
 topology hints, affinities, a pool that is full) goes through ``Engine.grant`` itself.
 """
@@ -41,7 +41,7 @@ def _place_plain(engine: Engine, live: Live) -> bool:
     if engine.affinity_weights(container.id, pod, container) is not None:
         return False
     memory = memory_want(pod, container, engine.memory.available, engine.memory.total, live.req)
-    candidate = engine.choose(want, None, None, memory, None)
+    candidate = engine.supply.choose(want, None, None, memory, None)
     if candidate is None:
         return False  # over-committed: the one-by-one path warns and picks the roomiest
     # (grant's check_required_isolation passes here: it fails only wanting exclusive CPUs.)

@@ -9,81 +9,36 @@ cores as the high-priority ones (every CPU on a non-hybrid machine) and, on a hy
 machine, the efficient cores as the low-priority ones; otherwise the allocator's classes.
 
 Of ``require-isolated-cpus`` and ``prefer-isolated-cpus``, the one of narrower scope
-(container before pod) is the effective isolation preference, ``require`` winning a tie;
-when ``require`` is the effective one, a container given exclusive CPUs that are not all
-isolated fails creation instead of running on ordinary exclusive CPUs.
+(container before pod) is the effective isolation preference, ``require`` winning a tie
+(``preferences.Preferences`` reads both); when ``require`` is the effective one, a
+container given exclusive CPUs that are not all isolated fails creation instead of running
+on ordinary exclusive CPUs.
 """
 
 from __future__ import annotations
 
-import logging
-
-import attrs
-
 from nri_resmgr.cpus import Priority, topology_of
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.policies.annotations import DOMAIN, lookup, lookup_bool
-from nri_resmgr.resmgr.model import Container, Pod
-from nri_resmgr.shorten import short_repr
 from nri_resmgr.sysfs import System
 from nri_resmgr.sysfs.cpudetails import CoreKind
 
 __all__ = [
-    "Isolation",
-    "cpu_priority",
-    "isolation",
+    "PREFER",
+    "PRIORITY",
+    "PRIORITY_NAMES",
+    "REQUIRE",
     "priority_capacity",
     "scoring_priorities",
 ]
-
-log = logging.getLogger(__name__)
 
 PREFER = "prefer-isolated-cpus"
 REQUIRE = "require-isolated-cpus"
 PRIORITY = "prefer-cpu-priority"
 
 
-@attrs.frozen
-class Isolation:
-    value: bool | None
-    """The effective annotation's value; None when neither key is annotated."""
-    strict: bool
-
-
-def _scope(pod: Pod, container: Container, name: str) -> int | None:
-    key = f"{name}.{DOMAIN}"
-    for scope, candidate in enumerate((f"{key}/container.{container.name}", f"{key}/pod", key)):
-        if candidate in pod.annotations:
-            return scope
-    return None
-
-
-def isolation(pod: Pod, container: Container) -> Isolation:
-    require, prefer = _scope(pod, container, REQUIRE), _scope(pod, container, PREFER)
-    if require is None and prefer is None:
-        return Isolation(None, False)
-    strict = require is not None and (prefer is None or require <= prefer)
-    return Isolation(lookup_bool(pod, container, REQUIRE if strict else PREFER), strict)
-
-
-_PRIORITY_NAMES = {"high": Priority.HIGH, "normal": Priority.NORMAL, "low": Priority.LOW,
-                   "none": Priority.NONE}  # fmt: skip
+PRIORITY_NAMES = {"high": Priority.HIGH, "normal": Priority.NORMAL, "low": Priority.LOW,
+                  "none": Priority.NONE}  # fmt: skip
 """Upstream's cpuPrioByName: the annotation's values, matched exactly."""
-
-
-def cpu_priority(pod: Pod, container: Container, default: Priority = Priority.NONE) -> Priority:
-    """The preferred CPU priority: the annotation's, else ``default`` (the config's
-    ``defaultCPUPriority``), which ``default`` and a value upstream does not know also get."""
-    value = lookup(pod, container, PRIORITY)
-    if value is None or value == "default":
-        return default
-    prio = _PRIORITY_NAMES.get(value)
-    if prio is None:
-        log.warning("%s/%s: ignoring annotation %s.%s: %s is not a CPU priority (high, "
-                    "normal, low, none, default)", pod.namespace, pod.name, PRIORITY, DOMAIN,
-                    short_repr(value))  # fmt: skip
-        return default
-    return prio
 
 
 def scoring_priorities(system: System) -> tuple[CpuSet, CpuSet, CpuSet]:

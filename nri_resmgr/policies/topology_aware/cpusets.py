@@ -1,5 +1,9 @@
 """What the topology-aware grants mean for the runtime: each container's cpuset and memory
-nodes, the adjustment of a container being created, and the updates after a shared set moved.
+nodes, and the adjustment of a container being created.
+
+``Cpusets`` is a part of ``Engine``: it reads the supply (the pools' shared CPUs) and the
+memory zones and stores nothing; the engine records what was answered and keeps the runtime
+in line (``Engine.adjustment``, ``Engine.refresh``).
 """
 
 from __future__ import annotations
@@ -8,106 +12,67 @@ import functools
 
 from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.policies.allocations import BY_CONTAINER_ID, Allocation, Kind, follow
+from nri_resmgr.policies.allocations import Allocation, Kind
 from nri_resmgr.policies.annotations import lookup_bool
 from nri_resmgr.policies.requests import milli_cpu_to_shares
+from nri_resmgr.policies.topology_aware.memzones import MemoryAllocator
 from nri_resmgr.policies.topology_aware.pools import Pool
 from nri_resmgr.policies.topology_aware.supply import Supply
-from nri_resmgr.resmgr.model import Adjustment, Update
+from nri_resmgr.resmgr.model import Adjustment
 
 __all__ = ["Cpusets"]
 
 
-class Cpusets(Supply):
-    """The cpusets the cached grants imply, kept in line with the runtime."""
+class Cpusets:
+    """The cpuset and memory nodes each grant implies, and the adjustment that sets them."""
+
+    def __init__(self, supply: Supply, memory: MemoryAllocator) -> None:
+        self._supply = supply
+        self._memory = memory
+        # The supply's facts ``desired`` reads for every create and refresh, one step away.
+        self._pools = supply.pools
+        self._index = supply.index
+        self._reserved = supply.reserved
+        self._spec = supply.spec
+        self._system = supply.system
 
     def desired(
         self, a: Allocation, taken: CpuSet | None = None, shared: list[CpuSet] | None = None
     ) -> tuple[CpuSet | None, CpuSet | None]:
+        """The (cpus, mems) ``a``'s container should have; None where the policy leaves it
+        alone. ``taken`` and ``shared``: the exclusive CPUs and shared sets, if known."""
         if a.kind is Kind.PRESERVE:
             return None, None
-        pool = self.pools[self.index.get(a.pool, 0)]
+        pool = self._pools[self._index.get(a.pool, 0)]
         cpus: CpuSet | None
         if a.kind is Kind.RESERVED:
-            cpus = self.reserved
+            cpus = self._reserved
         elif a.kind is Kind.EXCLUSIVE:
             cpus = a.exclusive
         elif a.kind is Kind.MIXED:
             cpus = a.exclusive | self._shared_of(pool.index, taken, shared)
         else:
             cpus = self._shared_of(pool.index, taken, shared)
-        mems = None if (a.keep_mems or not self.spec.pin_memory) else self._mems_of(a, pool)
+        spec = self._spec
+        mems = None if (a.keep_mems or not spec.pin_memory) else self.mems_of(a, pool)
         if cpus and _hides_hyperthreads(a):
-            cpus = self.system.single_threads(cpus)
-        return (cpus if self.spec.pin_cpu else None), mems
+            cpus = self._system.single_threads(cpus)
+        return (cpus if spec.pin_cpu else None), mems
 
-    def _mems_of(self, a: Allocation, pool: Pool) -> CpuSet:
+    def mems_of(self, a: Allocation, pool: Pool) -> CpuSet:
         """The container's memory zone; its pool's memory when it has none (unaccounted)."""
-        return self.memory.zone_of(a.container_id) or pool.mems
+        return self._memory.zone_of(a.container_id) or pool.mems
 
     def _shared_of(self, pool: int, taken: CpuSet | None, shared: list[CpuSet] | None) -> CpuSet:
-        return shared[pool] if shared is not None else self.shared_cpus(pool, taken)
+        return shared[pool] if shared is not None else self._supply.shared_cpus(pool, taken)
 
-    def adjustment(self, a: Allocation, held: Allocation | None = None) -> Adjustment:
-        """The adjustment of a container being created (or updated, ``held`` being what it
-        had): what it sets is what the runtime will hold, what it leaves alone stays."""
-        cpus, mems = self.desired(a)
+    def adjustment(self, a: Allocation, cpus: CpuSet | None, mems: CpuSet | None) -> Adjustment:
+        """The adjustment giving ``a``'s container ``cpus`` and ``mems`` (``desired``'s
+        answer) and its CPU shares; PlacementError when ``cpus`` is empty."""
         if cpus is not None and not cpus:
             raise PlacementError(f"{a.name}: no CPU left in pool {a.pool} ({a.kind.value})")
-        self.cache.put(
-            a.with_cpusets(
-                cpus if cpus is not None or held is None else held.cpus,
-                mems if mems is not None or held is None else held.mems,
-            )
-        )
         shares = None if a.kind is Kind.PRESERVE else milli_cpu_to_shares(_portion(a))
         return _adjustment(cpus, mems, shares)
-
-    def unsettle(self) -> None:
-        """Allocations were stored with cpusets the engine did not choose (restore): the next
-        ``refresh`` checks every container, not only after a change of the shared sets."""
-        self._settled = None
-        self.memory.sync(self.cache, {p.name: p.mems for p in self.pools})
-
-    def refresh(self, skip: str | None = None) -> list[Update]:
-        """Updates for every container whose cpuset or mems no longer match its grant.
-
-        A container's wanted cpuset depends only on its own grant (kept in line when granted)
-        and its pool's shared CPUs, so while no shared set changed there is nothing to do:
-        placing a shared container stays O(pools), not O(containers).
-        """
-        taken = self.cache.exclusive_cpus()
-        shared = self._shared_sets(taken)
-        settled, self._settled = self._settled, shared
-        if shared == settled:
-            return []
-        updates: list[Update] = []
-        for a in sorted(self._unsettled(shared, settled), key=BY_CONTAINER_ID):
-            if a.container_id == skip:
-                continue
-            cpus, mems = self.desired(a, taken, shared)
-            if cpus is a.cpus and mems is a.mems:
-                continue  # the common case, settled: no call at all (follow compares values)
-            followed = follow(a, cpus, mems)
-            if followed is not None:
-                self.cache.put(followed.applied)
-                updates.append(followed.update)
-        return updates
-
-    def _unsettled(self, shared: list[CpuSet], settled: list[CpuSet] | None) -> list[Allocation]:
-        """The allocations that may need an update: all of them when nothing is settled, else
-        those of the pools whose shared CPUs changed (the others' wanted cpusets did not)."""
-        if settled is None:
-            return list(self.cache)
-        changed = {
-            i for i, (new, old) in enumerate(zip(shared, settled, strict=True)) if new != old
-        }
-        out: list[Allocation] = []
-        for name in self.cache.pool_names():
-            # desired() places an allocation of an unknown pool in the root.
-            if self.index.get(name, 0) in changed:
-                out.extend(self.cache.in_pool(name))
-        return out
 
 
 def _hides_hyperthreads(a: Allocation) -> bool:
@@ -119,11 +84,11 @@ def _hides_hyperthreads(a: Allocation) -> bool:
 
 
 def _portion(a: Allocation) -> int:
+    """mCPU the container's CPU shares weigh: its exclusive CPUs; what it takes from its
+    pool's shared CPUs (a mixed one only its fraction, as nri-plugins); a reserved request."""
     if a.kind is Kind.EXCLUSIVE:
         return 1000 * len(a.exclusive)
-    if a.kind is Kind.MIXED:
-        return a.request % 1000
-    return a.request
+    return a.shared_part if a.kind.uses_shared else a.request
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1,5 +1,9 @@
-"""Topology-aware placement: pool selection and grants (on ``Supply``, whose cpusets
-``Cpusets`` keeps in line with the runtime).
+"""Topology-aware placement: the grants (what each container holds), the one object that
+keeps them, the decisions that make them and the cpusets they imply.
+
+``Engine`` is composed of its parts: ``Supply`` (the pools, the load placed in them, which
+pool a grant fits best), ``Cpusets`` (what a grant means for the runtime) and the
+``MemoryAllocator`` (memory zones). The parts read the grants; only the engine writes them.
 
 Every pool's shared CPUs are its sharable CPUs minus every exclusive CPU granted anywhere, so
 taking or returning exclusive CPUs changes the cpuset of shared containers in overlapping
@@ -8,168 +12,99 @@ pools; ``refresh`` turns those changes into updates.
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Sequence
 
-from nri_resmgr.cpus import Priority, allocate_cpus
+import attrs
+
+from nri_resmgr.config.models import TopologyAwareSpec
+from nri_resmgr.cpus import allocate_cpus
 from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.policies.allocations import NO_CPUS, Allocation, Kind, PoolLoad
+from nri_resmgr.policies.allocations import (
+    BY_CONTAINER_ID,
+    NO_CPUS,
+    Allocation,
+    AllocationCache,
+    Kind,
+    follow,
+)
 from nri_resmgr.policies.topology_aware.affinity import placed_weights
-from nri_resmgr.policies.topology_aware.affinity import pool_score as affinity_score
-from nri_resmgr.policies.topology_aware.cpuprefs import priority_capacity
 from nri_resmgr.policies.topology_aware.cpusets import Cpusets
 from nri_resmgr.policies.topology_aware.hint_sources import container_hints
 from nri_resmgr.policies.topology_aware.hints import (
     ContainerHints,
     Granted,
-    HintTarget,
-    combine,
-    hint_targets,
-    pool_score,
     strict_failure,
     take_cpus,
 )
 from nri_resmgr.policies.topology_aware.memory import MemoryWant, memory_want
+from nri_resmgr.policies.topology_aware.memzones import MemoryAllocator
 from nri_resmgr.policies.topology_aware.pools import Pool
 from nri_resmgr.policies.topology_aware.preferences import Want, check_required_isolation
-from nri_resmgr.policies.topology_aware.scoring import (
-    LEVEL_VALUES,
-    Ask,
-    PoolScore,
-    best,
-    find_existing_level,
-    memory_key,
-)
-from nri_resmgr.policies.topology_aware.supply import Candidate
-from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.policies.topology_aware.supply import Candidate, Supply
+from nri_resmgr.resmgr.model import Adjustment, Container, Pod, Update
+from nri_resmgr.sysfs import System
 
 __all__ = ["Candidate", "Engine"]
 
 log = logging.getLogger(__name__)
 
-_IDLE = PoolLoad()
 
+class Engine:
+    """The grants of one topology-aware configuration, and their only writer.
 
-class Engine(Cpusets):
-    """Pools, grants and the cpusets they imply. The cache is the only store; shared cpusets
-    derive from it; outside writers (restore) must ``unsettle``.
+    Invariant: the store (an ``AllocationCache``, private) is the only record of what each
+    container (and each DRA claim, ``claims.py``) holds; every pool's shared CPUs and load,
+    and so every container's wanted cpuset, derive from it. ``supply`` and ``cpusets`` read
+    it; the verbs below are the only writers.
+
+    Writes come in two kinds. Grants the engine decides (``grant``, ``store_placed``) and
+    what it answers or sends (``adjustment``, ``refresh``) keep the cpusets settled as they
+    go, so ``refresh`` checks only the pools whose shared CPUs changed since it last ran.
+    Grants it did not decide (``adopt``, ``disown``, ``forget_all``: restore, DRA claims) and
+    updates the runtime failed to apply (``resend``) unsettle it: the next ``refresh`` checks
+    every container, and the memory zones are derived again from the grants. No caller
+    unsettles the engine by hand.
     """
 
-    def choose(
+    def __init__(
         self,
-        want: Want,
-        hint: str | None = None,
-        affinity: Mapping[str, int] | None = None,
-        memory: MemoryWant | None = None,
-        topo: ContainerHints | None = None,
-    ) -> Candidate | None:
-        """The best fitting pool for ``want`` (the hinted one if it fits), in nri-plugins'
-        order (``scoring.compare``); ``affinity`` weighs pools by name, ``topo`` by the
-        container's topology hints; None if none fits."""
-        taken = self.cache.exclusive_cpus()
-        usage = self._usage()
-        if len(self.pools) == 1:
-            return self._fit(0, want, usage, taken)  # one pool, hinted or not: no choice
-        return self._best_fit(want, hint, affinity, memory, topo, usage, taken)
+        system: System,
+        spec: TopologyAwareSpec,
+        pools: list[Pool],
+        allowed: CpuSet,
+        reserved: CpuSet,
+    ) -> None:
+        self._store = AllocationCache()
+        self.memory = MemoryAllocator(system)
+        """The containers' memory zones (read only outside the engine)."""
+        self.supply = Supply(system, spec, pools, allowed, reserved, self._store, self.memory)
+        self.cpusets = Cpusets(self.supply, self.memory)
+        # What it was built with, as callers read it (the supply's own: none ever changes).
+        self.system, self.spec, self.pools = system, spec, pools
+        self.allowed, self.reserved = allowed, reserved
+        self._settled: list[CpuSet] | None = None
+        """The shared sets every grant's cpusets were last brought in line with; None when
+        a write the engine did not decide left every container to be checked again."""
+        self._zones_stale = False
+        """Whether the memory zones must be derived again from the grants (next refresh)."""
 
-    def _best_fit(
-        self,
-        want: Want,
-        hint: str | None,
-        affinity: Mapping[str, int] | None,
-        memory: MemoryWant | None,
-        topo: ContainerHints | None,
-        usage: dict[int, PoolLoad],
-        taken: CpuSet,
-    ) -> Candidate | None:
-        """``choose`` among the pools that fit, with the usage and exclusive CPUs now."""
-        if hint is not None and hint in self.index:
-            fit = self._fit(self.index[hint], want, usage, taken)
-            if fit is not None:
-                return fit
-        fits = []
-        for p in self.pools:  # a loop, not a generator in a comprehension: two frames fewer
-            fit = self._fit(p.index, want, usage, taken)
-            if fit is not None:
-                fits.append(fit)
-        if not fits:
-            return None
-        if len(fits) == 1:
-            return fits[0]
-        ask = self._ask(want)
-        weights = {self.index[n]: w for n, w in (affinity or {}).items() if n in self.index}
-        scores = [self._score(c, want, usage, taken, weights, memory, topo) for c in fits]
-        return fits[[s.pool for s in scores].index(best(ask, scores).pool)]
+    # -- reading the grants ---------------------------------------------------------------
 
-    def _ask(self, want: Want) -> Ask:
-        level = self.unlimited_level
-        if want.burst_level is not None:
-            if want.burst_level in LEVEL_VALUES:
-                level = find_existing_level(self._levels, want.burst_level)
-            else:
-                log.error(
-                    "ignoring invalid unlimited-burstable annotation %r (not one of %s)",
-                    want.burst_level,
-                    ", ".join(LEVEL_VALUES),
-                )
-        return Ask(
-            full=want.exclusive,
-            isolate=want.isolated,
-            burstable=want.unlimited or want.limit is not None,
-            limit=want.limit,
-            level=level,
-            prio=want.prio,
-        )
+    def allocation(self, container_id: str) -> Allocation | None:
+        return self._store.get(container_id)
 
-    def _score(
-        self,
-        c: Candidate,
-        want: Want,
-        usage: dict[int, PoolLoad],
-        taken: CpuSet,
-        weights: Mapping[int, int],
-        memory: MemoryWant | None = None,
-        topo: ContainerHints | None = None,
-    ) -> PoolScore:
-        pool = self.pools[c.pool]
-        isolated = 0
-        if want.isolated:
-            isolated = len(self.isolated_of[c.pool] - taken) - want.exclusive
-        return PoolScore(
-            pool=c.pool,
-            upstream_id=self.upstream_id[c.pool],
-            depth=pool.depth,
-            level=pool.level,
-            isolated=isolated,
-            shared=c.capacity,
-            free=c.free,
-            colocated=usage.get(c.pool, _IDLE).containers,
-            affinity=(
-                affinity_score(weights, self.ancestors[c.pool], self.links_below[c.pool])
-                if weights
-                else 0.0
-            ),
-            memory=memory_key(self.memory, pool.mems, memory),
-            prio=self._prio_capacity(c.pool, want, taken),
-            hints=(
-                None
-                if topo is None
-                else combine(pool_score(self._hint_targets, c.pool, h) for h in topo.hints)
-            ),
-        )
+    def allocations(self) -> list[Allocation]:
+        """Every grant, containers' and claims', in the order they were stored."""
+        return list(self._store)
 
-    def _prio_capacity(self, pool: int, want: Want, taken: CpuSet) -> int:
-        if want.prio is Priority.NONE:
-            return 0
-        part = want.shared_part if want.kind in (Kind.SHARED, Kind.MIXED) else 0
-        shared = self.shared_cpus(pool, taken)
-        return priority_capacity(self.system, shared, want.prio, want.exclusive, part)
+    def in_pool(self, pool: str) -> list[Allocation]:
+        return self._store.in_pool(pool)
 
-    @functools.cached_property
-    def _hint_targets(self) -> list[HintTarget]:
-        return hint_targets(self.system, self.pools)
+    def exclusive_cpus(self) -> CpuSet:
+        """Every CPU held exclusively, by a container or a DRA claim."""
+        return self._store.exclusive_cpus()
 
     # -- grants ---------------------------------------------------------------------------
 
@@ -200,13 +135,13 @@ class Engine(Cpusets):
         return a
 
     def _granted(self, a: Allocation) -> Granted:
-        pool = self.pools[self.index.get(a.pool, 0)]
-        shared = a.kind in (Kind.SHARED, Kind.MIXED) and a.shared_part > 0
+        pool = self.pools[self.supply.index.get(a.pool, 0)]
+        shared = a.shared_part > 0
         return Granted(
-            shared=self.shared_cpus(pool.index) if shared else CpuSet(),
+            shared=self.supply.shared_cpus(pool.index) if shared else CpuSet(),
             reserved=self.reserved if a.kind is Kind.RESERVED and a.request else CpuSet(),
             exclusive=a.exclusive,
-            mems=self._mems_of(a, pool),
+            mems=self.cpusets.mems_of(a, pool),
         )
 
     def _place(
@@ -242,7 +177,9 @@ class Engine(Cpusets):
             and self._free_reserved(cid) < want.request
         ):
             # nri-plugins supply.AllocateCPU: more than the reserved CPUs have left goes to
-            # the normal shared CPUs rather than over-committing the reserved ones.
+            # the normal shared CPUs rather than over-committing the reserved ones; with none
+            # at all it is refused like any other grant (never an empty shared set).
+            self._check_shared_left(self.pools[0], name, want.request)
             log.warning(
                 "%s: needs %d mCPU reserved, only %d available; using normal shared CPUs",
                 name,
@@ -251,11 +188,11 @@ class Engine(Cpusets):
             )
             # The pool stays the root, where reserved requests are placed (nri-plugins
             # pools.go allocatePool), so the container gets the root's whole shared set.
-            return self._place_memory(self._store(grant_in(root, Kind.SHARED)), memory)
-        if want.kind in (Kind.RESERVED, Kind.PRESERVE):
-            return self._place_memory(self._store(grant_in(root, want.kind)), memory)
+            return self._place_memory(self._put(grant_in(root, Kind.SHARED)), memory)
+        if not want.kind.takes_load:  # reserved or preserved: in the root, no pool chosen
+            return self._place_memory(self._put(grant_in(root, want.kind)), memory)
         weights = self._affinity(cid, pod, container)
-        candidate = self.choose(want, hint, weights, memory, topo)
+        candidate = self.supply.choose(want, hint, weights, memory, topo)
         check_required_isolation(want, candidate is not None and candidate.isolated, name)
         if candidate is None and want.exclusive:
             log.warning(
@@ -265,16 +202,12 @@ class Engine(Cpusets):
                 want.request,
             )
             want = Want(Kind.SHARED, request=want.request)
-            candidate = self.choose(want, hint, weights, memory, topo)
+            candidate = self.supply.choose(want, hint, weights, memory, topo)
         if candidate is None:
             pool = self._roomiest_pool()
-            if not self.shared_cpus(pool.index):
-                raise PlacementError(
-                    f"{name}: no shared CPU to run on ({want.request} mCPU requested; every "
-                    f"allowed CPU is reserved, isolated or exclusive)"
-                )
+            self._check_shared_left(pool, name, want.request)
             log.warning("%s: shared CPUs over-committed; placing in %s", name, pool.name)
-            return self._place_memory(self._store(grant_in(pool.name, want.kind)), memory)
+            return self._place_memory(self._put(grant_in(pool.name, want.kind)), memory)
         pool = self.pools[candidate.pool]
         exclusive = NO_CPUS
         if want.exclusive:
@@ -285,14 +218,23 @@ class Engine(Cpusets):
             else:
                 exclusive = allocate_cpus(self.system, candidate.source, want.exclusive, want.prio)
         return self._place_memory(
-            self._store(grant_in(pool.name, want.kind, exclusive, candidate.isolated)),
+            self._put(grant_in(pool.name, want.kind, exclusive, candidate.isolated)),
             memory,
         )
+
+    def _check_shared_left(self, pool: Pool, name: str, request: int) -> None:
+        """PlacementError when a grant on ``pool``'s shared CPUs would have none to run on
+        (its cpuset would be empty: the runtime would keep whatever the container had)."""
+        if not self.supply.shared_cpus(pool.index):
+            raise PlacementError(
+                f"{name}: no shared CPU to run on ({request} mCPU requested; every "
+                f"allowed CPU is reserved, isolated or exclusive)"
+            )
 
     def _free_reserved(self, cid: str) -> int:
         """mCPU of the reserved CPUs not yet granted to reserved containers (but ``cid``)."""
         granted = sum(
-            a.request for a in self.cache if a.kind is Kind.RESERVED and a.container_id != cid
+            a.request for a in self._store if a.kind is Kind.RESERVED and a.container_id != cid
         )
         return 1000 * len(self.reserved) - granted
 
@@ -301,25 +243,134 @@ class Engine(Cpusets):
     ) -> dict[str, int] | None:
         if pod is None or container is None:
             return None
-        return placed_weights(cid, pod, container, self.spec, self.cache)
+        return placed_weights(cid, pod, container, self.spec, self._store)
 
     def _place_memory(self, a: Allocation, memory: MemoryWant | None) -> Allocation:
-        pool = self.pools[self.index.get(a.pool, 0)]
+        pool = self.pools[self.supply.index.get(a.pool, 0)]
         if self.memory.place(a, pool.mems, memory):
             self._settled = None  # other containers' memory zones moved
         return a
 
     def _roomiest_pool(self) -> Pool:
-        taken = self.cache.exclusive_cpus()
-        return max(self.pools, key=lambda p: (len(self.shared_cpus(p.index, taken)), -p.index))
+        shared = self.supply.shared_sets()
+        return max(self.pools, key=lambda p: (len(shared[p.index]), -p.index))
 
-    def _store(self, allocation: Allocation) -> Allocation:
-        self.cache.put(allocation)
+    def _put(self, allocation: Allocation) -> Allocation:
+        self._store.put(allocation)
         return allocation
 
     def release(self, cid: str) -> Allocation | None:
+        """Forget a container's grant and memory (it stopped, or is granted again)."""
         self.memory.release(cid)
-        return self.cache.pop(cid)
+        return self._store.pop(cid)
+
+    def rebind(self, grant: Allocation, container: Container) -> None:
+        """Keep ``grant`` for ``container`` as changed (an update that asks for nothing new):
+        a reconfiguration re-derives placement from the container as it is now."""
+        self._store.put(attrs.evolve(grant, container=container))
+
+    def roll_back(self, container_id: str, held: Allocation | None) -> None:
+        """Undo a new grant that could not be answered: the container keeps ``held``, what it
+        had before (its memory zone is not placed again)."""
+        self.release(container_id)
+        if held is not None:
+            self._store.put(held)
+
+    # -- answering and keeping the runtime in line -----------------------------------------
+
+    def adjustment(self, a: Allocation, held: Allocation | None = None) -> Adjustment:
+        """The adjustment of a container being created (or updated, ``held`` being what it
+        had). Its grant is stored as the runtime will hold it: the sets the adjustment sets,
+        and ``held``'s where it leaves them alone."""
+        cpus, mems = self.cpusets.desired(a)
+        adjustment = self.cpusets.adjustment(a, cpus, mems)
+        self._store.put(
+            a.with_cpusets(
+                cpus if cpus is not None or held is None else held.cpus,
+                mems if mems is not None or held is None else held.mems,
+            )
+        )
+        return adjustment
+
+    def refresh(self, skip: str | None = None) -> list[Update]:
+        """Updates for every container whose cpuset or mems no longer match its grant.
+
+        A container's wanted cpuset depends only on its own grant (kept in line when granted)
+        and its pool's shared CPUs, so while no shared set changed there is nothing to do:
+        placing a shared container stays O(pools), not O(containers).
+        """
+        taken = self._store.exclusive_cpus()
+        shared = self.supply.shared_sets(taken)
+        settled, self._settled = self._settled, shared
+        if shared == settled:
+            return []
+        if self._zones_stale:  # set only with _settled None: never on the return above
+            self._derive_zones()
+        updates: list[Update] = []
+        desired = self.cpusets.desired
+        for a in sorted(self._unsettled(shared, settled), key=BY_CONTAINER_ID):
+            if a.container_id == skip:
+                continue
+            cpus, mems = desired(a, taken, shared)
+            if cpus is a.cpus and mems is a.mems:
+                continue  # the common case, settled: no call at all (follow compares values)
+            followed = follow(a, cpus, mems)
+            if followed is not None:
+                self._store.put(followed.applied)
+                updates.append(followed.update)
+        return updates
+
+    def _unsettled(self, shared: list[CpuSet], settled: list[CpuSet] | None) -> list[Allocation]:
+        """The grants that may need an update: all of them when nothing is settled, else
+        those of the pools whose shared CPUs changed (the others' wanted cpusets did not)."""
+        if settled is None:
+            return list(self._store)
+        changed = {
+            i for i, (new, old) in enumerate(zip(shared, settled, strict=True)) if new != old
+        }
+        out: list[Allocation] = []
+        index = self.supply.index
+        for name in self._store.pool_names():
+            # desired() places an allocation of an unknown pool in the root.
+            if index.get(name, 0) in changed:
+                out.extend(self._store.in_pool(name))
+        return out
+
+    def resend(self, container_ids: Sequence[str]) -> None:
+        """The runtime failed to apply these containers' updates: what they hold is unknown,
+        so the next ``refresh`` sends their cpusets again."""
+        for cid in container_ids:
+            a = self._store.get(cid)
+            if a is not None:
+                self._store.put(attrs.evolve(a, cpus=None, mems=None))
+        self._unsettle()
+        self._derive_zones()  # at once, as before: the next grant places memory among them
+
+    # -- grants decided elsewhere (restore, DRA claims) ------------------------------------
+
+    def adopt(self, grants: Iterable[Allocation]) -> None:
+        """Store grants the engine did not decide (read back from the cpusets containers
+        run with, a DRA claim's CPUs), each replacing what its container had."""
+        self._store.put_all(grants)
+        self._unsettle()
+
+    def disown(self, container_id: str) -> None:
+        """Drop an adopted grant (a DRA claim's) that no container runs with."""
+        if self._store.pop(container_id) is not None:
+            self._unsettle()
+
+    def forget_all(self) -> None:
+        """Drop every grant: restore rebuilds them from what the runtime reports."""
+        self._store.clear()
+        self._unsettle()
+
+    def _unsettle(self) -> None:
+        self._settled = None
+        self._zones_stale = True
+
+    def _derive_zones(self) -> None:
+        self._zones_stale = False
+        self.memory.sync(self._store, {p.name: p.mems for p in self.pools})
 
     # -- for batch placement (batch.place_all) ---------------------------------------------
 
@@ -327,6 +378,7 @@ class Engine(Cpusets):
         """The pool weights ``grant`` gives the container's affinities; None without any."""
         return self._affinity(cid, pod, container)
 
-    def store_placed(self, a: Allocation, memory: MemoryWant | None) -> Allocation:
-        """Store a grant decided outside ``grant`` (by ``choose``) as ``grant`` stores its own."""
-        return self._place_memory(self._store(a), memory)
+    def store_placed(self, a: Allocation, memory: MemoryWant | None = None) -> Allocation:
+        """Store a grant decided outside ``grant`` (by ``Supply.choose``; a container bound
+        to a DRA claim, with no memory want) as ``grant`` stores its own."""
+        return self._place_memory(self._put(a), memory)

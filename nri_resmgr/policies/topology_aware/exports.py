@@ -13,7 +13,6 @@ whose zone widened still counts in its pool).
 from __future__ import annotations
 
 from nri_resmgr.instrumentation.exports import PolicyGauge, TopologyZone, ZoneResource, milli
-from nri_resmgr.policies.allocations import Kind
 from nri_resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.policies.topology_aware.pools import Pool
 
@@ -35,9 +34,9 @@ def _mem_capacity(engine: Engine, pool: Pool) -> int:
 
 
 def _mem_assigned(engine: Engine, pool: Pool) -> int:
-    names = {engine.pools[i].name for i in engine.subtrees[pool.index]}
+    names = {engine.pools[i].name for i in engine.supply.subtrees[pool.index]}
     total = 0
-    for a in engine.cache:
+    for a in engine.allocations():
         c = a.container
         if a.pool in names and c is not None and c.resources is not None:
             total += c.resources.memory_limit or 0
@@ -46,16 +45,16 @@ def _mem_assigned(engine: Engine, pool: Pool) -> int:
 
 def _containers(engine: Engine, pool: Pool) -> tuple[int, int]:
     """(all, shared) containers granted in this very pool."""
-    mine = [a for a in engine.cache if a.pool == pool.name]
-    return len(mine), sum(1 for a in mine if a.kind in (Kind.SHARED, Kind.MIXED))
+    mine = engine.in_pool(pool.name)
+    return len(mine), sum(1 for a in mine if a.kind.uses_shared)
 
 
 def gauges(engine: Engine) -> list[PolicyGauge]:
     out: list[PolicyGauge] = []
     for pool in engine.pools:
         zone = pool.name
-        shared = engine.shared_cpus(pool.index)
-        load = engine.pool_load(pool.index)[0]
+        shared = engine.supply.shared_cpus(pool.index)
+        load = engine.supply.pool_load(pool.index).shared_mcpu
         capacity = _mem_capacity(engine, pool)
         assigned = _mem_assigned(engine, pool)
         count, shared_count = _containers(engine, pool)
@@ -92,17 +91,18 @@ def gauges(engine: Engine) -> list[PolicyGauge]:
 
 def zones(engine: Engine) -> list[TopologyZone]:
     out: list[TopologyZone] = []
+    supply = engine.supply
     for pool in engine.pools:
         i = pool.index
-        supply = engine.sharable[i] | (pool.cpus & engine.reserved)
-        free = max(0, len(engine.shared_cpus(i)) * 1000 - engine.pool_load(i)[0])
+        cpus = supply.sharable[i] | (pool.cpus & engine.reserved)
+        free = max(0, len(supply.shared_cpus(i)) * 1000 - supply.pool_load(i).shared_mcpu)
         capacity = _mem_capacity(engine, pool)
         available = max(0, capacity - _mem_assigned(engine, pool))
-        attributes = [("memory set", str(pool.mems)), ("shared cpuset", str(engine.shared_cpus(i)))]
+        attributes = [("memory set", str(pool.mems)), ("shared cpuset", str(supply.shared_cpus(i)))]
         if pool.cpus & engine.reserved:
             attributes.append(("reserved cpuset", str(pool.cpus & engine.reserved)))
-        if engine.isolated_of[i]:
-            attributes.append(("isolated cpuset", str(engine.isolated_of[i])))
+        if supply.isolated_of[i]:
+            attributes.append(("isolated cpuset", str(supply.isolated_of[i])))
         parent = engine.pools[pool.parent].name if pool.parent is not None else ""
         out.append(
             TopologyZone(
@@ -112,7 +112,7 @@ def zones(engine: Engine) -> list[TopologyZone]:
                 resources=(
                     ZoneResource("memory", str(capacity), str(capacity), str(available)),
                     ZoneResource(
-                        "cpu", milli(1000 * len(supply)), milli(1000 * len(supply)), milli(free)
+                        "cpu", milli(1000 * len(cpus)), milli(1000 * len(cpus)), milli(free)
                     ),
                 ),
                 attributes=tuple(attributes),

@@ -14,7 +14,8 @@
   generated: the runtime model carries no mounts and there is no pod-resources client. Said
   once when a container asks for them explicitly.
 
-Every hint annotation is read whenever the pod has annotations, as upstream reads them.
+Every hint annotation is read whenever the pod has annotations, as upstream reads them
+(``preferences.Preferences``, decoded once per container); here they are parsed.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ import yaml
 
 from nri_resmgr.config.notapplied import say_once
 from nri_resmgr.cpuset import CpuSet, CpuSetError
-from nri_resmgr.policies.annotations import DOMAIN, lookup, parse_bool
+from nri_resmgr.policies.annotations import DOMAIN, AnnotationError, parse_bool
 from nri_resmgr.policies.topology_aware.device_hints import device_hints
 from nri_resmgr.policies.topology_aware.hints import ContainerHints, Hint
+from nri_resmgr.policies.topology_aware.preferences import Preferences, preferences_of
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.shorten import short_repr, shorten
 from nri_resmgr.sysfs import System
@@ -57,46 +59,35 @@ def container_hints(pod: Pod, container: Container, system: System) -> Container
     """The container's hints, NUMA-only ones resolved to CPUs; None when it has none. Every
     hint annotation is read whenever the pod has annotations, as upstream reads them."""
     if not pod.annotations and not container.devices:
-        return None  # the common case: no lookups at all
-    strict = _bool(pod, container, STRICT)
-    pick = _bool(pod, container, PICK)
-    hints = _gather(pod, container, system.host_root)
+        return None  # the common case: nothing to read
+    prefs = preferences_of(pod, container)
+    where = f"{pod.namespace}/{pod.name}/{container.name}"
+    hints = _gather(prefs, container, system.host_root, where)
     if not hints:
         return None
-    if pick:
+    if prefs.pick_by_hints:
         # nri-plugins getMemOfferByHints: the memory zone of the pod-resource hints.
         say_once(f"{PICK}.{DOMAIN} (memory zone by hints)")
-    return ContainerHints(tuple(_resolve(h, system) for h in hints), strict, pick)
+    resolved = tuple(_resolve(h, system) for h in hints)
+    return ContainerHints(resolved, prefs.strict_hints, prefs.pick_by_hints)
 
 
-def _bool(pod: Pod, container: Container, name: str) -> bool:
-    value = lookup(pod, container, name)
-    if value is None:
-        return False
-    parsed = parse_bool(value)
-    if parsed is None:
-        log.error("%s/%s: invalid %s.%s annotation %s: not a boolean; taken as false",
-                  pod.namespace, container.name, name, DOMAIN, short_repr(value))  # fmt: skip
-    return parsed is True
-
-
-def _gather(pod: Pod, container: Container, root: str) -> list[Hint]:
+def _gather(prefs: Preferences, container: Container, root: str, where: str) -> list[Hint]:
     """Device hints, then test hints (upstream's order: mounts, devices, pod resources,
     test), the first of a provider staying (MergeTopologyHints)."""
-    where = f"{pod.namespace}/{pod.name}/{container.name}"
-    sources = _sources(lookup(pod, container, HINTS), where)
+    sources = _sources(prefs.hint_sources, where)
     if sources is None:
         return []
-    if sources & {"mounts", "pod-resources", "all"} and lookup(pod, container, HINTS):
+    if sources & {"mounts", "pod-resources", "all"} and prefs.hint_sources:
         # Asked for explicitly: say that these sources give nothing here.
         say_once(f"{HINTS}.{DOMAIN} (hints from mounts and pod resources)")
-    allow = _path_list(pod, container, "allow", where)
-    deny = _path_list(pod, container, "deny", where)
+    allow = _path_list(prefs.allow_hints, "allow", where)
+    deny = _path_list(prefs.deny_hints, "deny", where)
     out: dict[str, Hint] = {}
     if container.devices and sources & {"devices", "all"}:
         for hint in device_hints(root, container.devices, lambda p: denied(p, allow, deny)):
             out.setdefault(hint.provider, hint)
-    test = lookup(pod, container, TEST)
+    test = prefs.test_hints
     if test is None:
         return list(out.values())
     if not os.environ.get(TEST_APIS_ENV):
@@ -147,7 +138,7 @@ def _parse_test_hints(value: str) -> tuple[Hint, ...] | str:
     try:
         doc = next(yaml.load_all(value, Loader=_LOADER), None)
         return tuple(_hint(fields) for fields in _mapping(doc, "").values())
-    except (yaml.YAMLError, ValueError) as e:
+    except (yaml.YAMLError, ValueError) as e:  # ours, and YAML dates out of range
         return str(e)
 
 
@@ -155,7 +146,7 @@ def _mapping(doc: Any, what: str) -> Mapping[str, Any]:
     if doc is None:
         return {}
     if not isinstance(doc, dict):
-        raise ValueError(f"{what or 'the value'} is not a mapping")
+        raise AnnotationError(f"{what or 'the value'} is not a mapping")
     return doc
 
 
@@ -164,7 +155,7 @@ def _hint(doc: Any) -> Hint:
     fields = {str(k).lower(): v for k, v in _mapping(doc, "a hint").items()}
     for k in ("provider", "cpus", "numas", "sockets"):
         if k in fields and not isinstance(fields[k], str):
-            raise ValueError(f"hint field {k}: {fields[k]!r} is not a string")
+            raise AnnotationError(f"hint field {k}: {fields[k]!r} is not a string")
     try:
         return Hint(
             provider=fields.get("provider", ""),
@@ -173,7 +164,7 @@ def _hint(doc: Any) -> Hint:
             sockets=CpuSet.parse(fields.get("sockets", "")),
         )
     except CpuSetError as e:
-        raise ValueError(str(e)) from e
+        raise AnnotationError(str(e)) from e
 
 
 def _resolve(hint: Hint, system: System) -> Hint:
@@ -197,8 +188,7 @@ class PathList:
     paths: tuple[str, ...]
 
 
-def _path_list(pod: Pod, container: Container, kind: str, where: str) -> PathList | None:
-    value = lookup(pod, container, f"{kind}.{HINTS}")
+def _path_list(value: str | None, kind: str, where: str) -> PathList | None:
     if value is None:
         return None
     parsed = _parse_path_list(value)
@@ -215,11 +205,11 @@ def _parse_path_list(value: str) -> PathList | str:
         doc = {str(k).lower(): v for k, v in _mapping(yaml.load(value, Loader=_LOADER), "").items()}
         kind_of = doc.get("type", "prefix")
         if kind_of not in ("prefix", "glob"):
-            raise ValueError(f"type {kind_of!r} is not prefix or glob")
+            raise AnnotationError(f"type {kind_of!r} is not prefix or glob")
         paths = doc.get("paths") or []
         if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
-            raise ValueError("paths is not a list of strings")
-    except (yaml.YAMLError, ValueError) as e:
+            raise AnnotationError("paths is not a list of strings")
+    except (yaml.YAMLError, ValueError) as e:  # ours, and YAML dates out of range
         return str(e)
     return PathList(kind_of == "glob", tuple(paths))
 

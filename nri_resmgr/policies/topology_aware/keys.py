@@ -22,8 +22,26 @@ NOT_APPLIED_ANNOTATIONS = frozenset(
     {f"{name}.{DOMAIN}" for name in _IN_DOMAIN} | {"noderesource.dev/resources"}
 )
 
-NOT_APPLIED = ("spec.reservedResources.memory", "spec.availableResources.memory")
-"""Config keys accepted but not applied, as in nri-plugins: its topology-aware policy reads
+NOT_APPLIED = (
+    "spec.reservedResources.memory",
+    "spec.availableResources.memory",
+    "spec.control.cpu.classes",
+    "spec.schedulingClasses",
+    "spec.namespaceSchedulingClasses",
+    "spec.podQoSSchedulingClasses",
+    "spec.cpuClasses",
+    "spec.sharedPoolCPUClass",
+    "spec.reservedPoolCPUClass",
+    "spec.defaultExclusiveCPUClass",
+    "spec.controllableInterrupts",
+)
+"""Config keys accepted but not applied. Scheduling classes: setting a task's scheduling
+policy and I/O priority is a syscall per task, not a file under ``--host-root``. The
+``cpuClasses`` list and the pool classes that name its entries: symbolic frequencies, SST
+and PCT need platform data and hardware interfaces (as balloons). ``controllableInterrupts``:
+IRQ affinity is not implemented. CPU classes: upstream's topology-aware policy uses
+them only through the ``cpu-class`` annotation, not applied either. The memory
+constraints, as in nri-plugins: its topology-aware policy reads
 only the ``cpu`` entry of both (cmd/plugins/topology-aware/policy/topology-aware-policy.go,
 checkConstraints: ``p.cfg.AvailableResources.Get(cfgapi.CPU)`` and
 ``p.cfg.ReservedResources.Get(cfgapi.CPU)``; nothing else there reads either), and its libmem

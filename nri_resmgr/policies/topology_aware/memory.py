@@ -10,9 +10,9 @@ from collections.abc import Iterable
 import attrs
 
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.policies.annotations import lookup
 from nri_resmgr.policies.oomscore import memory_request
 from nri_resmgr.policies.requests import QoS, Request, container_request
+from nri_resmgr.policies.topology_aware.preferences import preferences_of
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.shorten import shorten
 from nri_resmgr.sysfs import MemoryType, System
@@ -80,10 +80,10 @@ def memory_want(
         request, priority = memory_request(container.oom_score_adj, limit, capacity), BURSTABLE
     else:
         request, priority = 0, BESTEFFORT
-    # Both annotations are the pod's: most pods have none, and then nothing to look up.
-    if pod.annotations and lookup_memory_preserve(pod, container):
+    prefs = preferences_of(pod, container)
+    if prefs.memory_preserve:
         return MemoryWant(request, limit, available, PRESERVED, True, container.id)
-    named = _annotated_types(pod, container) if pod.annotations else DEFAULT_TYPES
+    named = _annotated_types(prefs.memory_type, pod) if prefs.memory_type else DEFAULT_TYPES
     types = _limited(named, available)
     if types is None:
         log.warning(
@@ -97,10 +97,9 @@ def memory_want(
     return MemoryWant(request, limit, types, priority, container_id=container.id)
 
 
-def _annotated_types(pod: Pod, container: Container) -> MemoryType:
-    """The memory-type annotation's types; the default without one (or a bad one)."""
-    value = lookup(pod, container, ANNOTATION)
-    if value is not None and value.strip():
+def _annotated_types(value: str, pod: Pod) -> MemoryType:
+    """The memory-type annotation's types; the default for a blank or bad one."""
+    if value.strip():
         try:
             return MemoryType.parse(value)
         except ValueError as e:
@@ -114,8 +113,3 @@ def _limited(types: MemoryType, available: MemoryType) -> MemoryType | None:
     """``types & available``, None when empty; kept: the same few pairs on every create (a
     Flag's ``&`` and truth value are Python calls)."""
     return (types & available) or None
-
-
-def lookup_memory_preserve(pod: Pod, container: Container) -> bool:
-    value = lookup(pod, container, "memory.preserve")
-    return value is not None and value.strip().lower() in ("true", "1", "t", "yes")

@@ -16,9 +16,9 @@ from nri_resmgr.errors import ConfigError
 from nri_resmgr.instrumentation.exports import PolicyGauge, TopologyZone
 from nri_resmgr.log import info_later
 from nri_resmgr.policies.allocations import Allocation, Kind
-from nri_resmgr.policies.annotations import lookup_bool, report_unread
+from nri_resmgr.policies.annotations import report_unread
 from nri_resmgr.policies.constraints import allowed_cpus, reserved_cpus
-from nri_resmgr.policies.cpu_devices import cpu_devices
+from nri_resmgr.policies.cpu_devices import cpu_devices, group_devices
 from nri_resmgr.policies.hardware import HardwarePolicy, reported_cpuset
 from nri_resmgr.policies.requests import container_request
 from nri_resmgr.policies.topology_aware import exports
@@ -27,10 +27,11 @@ from nri_resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.policies.topology_aware.keys import NOT_APPLIED, NOT_APPLIED_ANNOTATIONS
 from nri_resmgr.policies.topology_aware.live import Live
 from nri_resmgr.policies.topology_aware.pools import build_pools
-from nri_resmgr.policies.topology_aware.preferences import wanted
+from nri_resmgr.policies.topology_aware.preferences import preferences_of, wanted
 from nri_resmgr.policies.topology_aware.restore import restore
 from nri_resmgr.resmgr.model import (
     Adjustment,
+    ClaimGrant,
     Container,
     ContainerState,
     Device,
@@ -65,7 +66,9 @@ class TopologyAwarePolicy(HardwarePolicy):
 
     def setup(self, spec: PolicySpec, env: PolicyEnv) -> None:
         super().setup(spec, env)
-        self._engine = self._build(spec)
+        engine = self._build(spec)
+        self.claims.set_grouped(engine, self._grouped_cpus(engine, spec))
+        self._engine = engine
         log.info(
             "topology-aware pools: %s", ", ".join(f"{p.name}={p.cpus}" for p in self._engine.pools)
         )
@@ -80,10 +83,36 @@ class TopologyAwarePolicy(HardwarePolicy):
         reserved = reserved_cpus(self.system, spec.reserved_resources, allowed, by_allocator=True)
         return Engine(self.system, spec, build_pools(self.system), allowed, reserved)
 
+    def _grouped_cpus(self, engine: Engine, spec: PolicySpec) -> CpuSet:
+        """``dra.groupedCPUs`` in grouped mode (checked against what the node offers), else
+        nothing. Set apart for grouped claims only with DRA on."""
+        if spec.dra.cpu_device_mode != "grouped":
+            return CpuSet()
+        if not spec.dra.enabled:
+            log.warning("spec.dra.cpuDeviceMode grouped is accepted but not applied: DRA is off")
+            return CpuSet()
+        grouped = CpuSet.parse(spec.dra.grouped_cpus or "")
+        offered = engine.allowed - engine.reserved
+        if not grouped.issubset(offered):
+            raise ConfigError(
+                f"spec.dra.groupedCPUs: cpus {grouped - offered} are reserved or not allowed "
+                f"(offered: {offered})"
+            )
+        if not offered - grouped:
+            raise ConfigError(
+                f"spec.dra.groupedCPUs: {grouped} leaves no CPU for native containers"
+            )
+        return grouped
+
     def reconfigure(self, spec: PolicySpec) -> list[Update]:
         """Re-place every container under ``spec``, starting from the cpusets the runtime
         holds (the engine's view follows every update sent); the old engine stays on error."""
         engine = self._build(spec)
+        if self._grouped_cpus(engine, spec) != self.claims.grouped:
+            raise ConfigError(
+                "spec.dra: cpuDeviceMode, groupBy and groupedCPUs cannot change on a running "
+                "daemon; restart nri-resmgr to apply this change"
+            )
         lost = self.claims.all_cpus() - (engine.allowed - engine.reserved)
         if lost:
             raise ConfigError(
@@ -92,7 +121,7 @@ class TopologyAwarePolicy(HardwarePolicy):
             )
         held = [
             a
-            for a in self.engine.cache
+            for a in self.engine.allocations()
             if a.pod is not None and a.container is not None and not is_claim_entry(a)
         ]
         lives = [
@@ -116,19 +145,19 @@ class TopologyAwarePolicy(HardwarePolicy):
     def _settle_claims(
         self, engine: Engine, updates: list[Update], bound: Sequence[tuple[Pod, Container]]
     ) -> list[Update]:
-        """After ``restore`` (which starts from an empty cache): the claims and their
-        containers back in, natives moved off claimed CPUs, and one update per container."""
-        if not self.claims.claims:
+        """After ``restore`` (which starts from no grants): the claims and their containers
+        back in, natives moved off claimed CPUs, and one update per container."""
+        if not self.claims.claims and not self.claims.grouped:
             return updates
         self.claims.install(engine)
         self.claims.bound.clear()
         for pod, c in bound:
             name = f"{pod.namespace}/{pod.name}/{c.name}"
-            binding = self.claims.binding(name, c)
+            binding = self.claims.binding(pod, name, c)
             if binding is not None:
                 self.claims.bind(engine, pod, c, name, binding)
-        claimed = self.claims.all_cpus()
-        for a in engine.cache:
+        claimed = self.claims.all_cpus() | self.claims.grouped
+        for a in engine.allocations():
             if (
                 a.pod is not None
                 and a.container is not None
@@ -141,7 +170,6 @@ class TopologyAwarePolicy(HardwarePolicy):
                 )
                 engine.release(a.container_id)
                 self._grant(self._live(engine, a.pod, a.container, None, None), engine=engine)
-        engine.unsettle()
         return merge_updates([*updates, *engine.refresh()])
 
     # -- synchronization ------------------------------------------------------------------
@@ -155,7 +183,7 @@ class TopologyAwarePolicy(HardwarePolicy):
             pod = by_id.get(c.pod_id)
             if pod is None or c.state is ContainerState.STOPPED:
                 continue
-            if c.claims and self.claims.binding(f"{pod.namespace}/{pod.name}/{c.name}", c):
+            if c.claims and self.claims.binding(pod, f"{pod.namespace}/{pod.name}/{c.name}", c):
                 bound.append((pod, c))
                 continue
             res = c.resources or _NO_RESOURCES
@@ -180,9 +208,9 @@ class TopologyAwarePolicy(HardwarePolicy):
         fell_back: bool = False,
     ) -> Live:
         req = container_request(pod, c)
-        want = wanted(pod, c, req, engine.spec, bool(engine.reserved))
-        keep_mems = bool(pod.annotations) and lookup_bool(pod, c, "memory.preserve") is True
-        return Live(pod, c, want, keep_mems, cpus, mems, req, fell_back)
+        prefs = preferences_of(pod, c)  # the annotations, decoded once for this event
+        want = wanted(prefs, pod.namespace, req, engine.spec, bool(engine.reserved))
+        return Live(pod, c, want, prefs.keep_mems, cpus, mems, req, fell_back)
 
     def _fell_back(self, a: Allocation) -> bool:
         """Whether the current engine put ``a``'s reserved-class container on normal shared
@@ -191,8 +219,9 @@ class TopologyAwarePolicy(HardwarePolicy):
         if a.kind is not Kind.SHARED or a.pod is None or a.container is None:
             return False
         req = container_request(a.pod, a.container)
-        old = self.engine
-        return wanted(a.pod, a.container, req, old.spec, bool(old.reserved)).kind is Kind.RESERVED
+        old, prefs = self.engine, preferences_of(a.pod, a.container)
+        want = wanted(prefs, a.pod.namespace, req, old.spec, bool(old.reserved))
+        return want.kind is Kind.RESERVED
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -202,7 +231,7 @@ class TopologyAwarePolicy(HardwarePolicy):
         engine.release(container.id)
         self.claims.unbind(container.id)
         live = self._live(engine, pod, container, None, None)
-        binding = self.claims.binding(live.name, container) if container.claims else None
+        binding = self.claims.binding(pod, live.name, container) if container.claims else None
         if binding is not None:
             a = self.claims.bind(engine, pod, container, live.name, binding)
         else:
@@ -227,15 +256,15 @@ class TopologyAwarePolicy(HardwarePolicy):
         self, pod: Pod, container: Container, resources: Resources
     ) -> list[Update]:
         engine = self.engine
-        old = engine.cache.get(container.id)
+        old = engine.allocation(container.id)
         changed = attrs.evolve(container, resources=resources)
         if old is not None and container.id in self.claims.bound:
             # A claim's container keeps exactly the claim's CPUs, whatever its request says.
-            engine.cache.put(attrs.evolve(old, container=changed))
+            engine.rebind(old, changed)
             return []
         live = self._live(engine, pod, changed, None, None)
         if old is not None and (old.kind, old.request) == (live.want.kind, live.want.request):
-            engine.cache.put(attrs.evolve(old, container=changed))
+            engine.rebind(old, changed)
             return []
         engine.release(container.id)
         try:
@@ -243,9 +272,7 @@ class TopologyAwarePolicy(HardwarePolicy):
             own = Update(container.id, engine.adjustment(a, old))
         except PlacementError:
             # The update fails; the container keeps what it had.
-            engine.release(container.id)
-            if old is not None:
-                engine.cache.put(old)
+            engine.roll_back(container.id, old)
             raise
         return [own, *engine.refresh(skip=container.id)]
 
@@ -271,7 +298,7 @@ class TopologyAwarePolicy(HardwarePolicy):
         )
 
     def stop_container(self, pod: Pod, container: Container) -> list[Update]:
-        self.claims.unbind(container.id)
+        self.claims.forget(container.id)
         if self.engine.release(container.id) is None:
             return []
         return self.engine.refresh()
@@ -280,13 +307,7 @@ class TopologyAwarePolicy(HardwarePolicy):
         return self.stop_container(pod, container)
 
     def updates_failed(self, container_ids: Sequence[str]) -> None:
-        # What those containers hold is unknown now: the next refresh sends it again.
-        engine = self.engine
-        for cid in container_ids:
-            a = engine.cache.get(cid)
-            if a is not None:
-                engine.cache.put(attrs.evolve(a, cpus=None, mems=None))
-        engine.unsettle()
+        self.engine.resend(container_ids)
 
     # -- DRA ------------------------------------------------------------------------------
 
@@ -295,26 +316,32 @@ class TopologyAwarePolicy(HardwarePolicy):
         # configuration): built once per engine, not on every Prepare and publication.
         engine = self.engine
         if self._devices is None or self._devices[0] is not engine:
-            offered = engine.allowed - engine.reserved
-            self._devices = (engine, cpu_devices(self.system, offered))
+            if self.claims.grouped:
+                by = engine.spec.dra.group_by or "numanode"
+                devices = group_devices(self.system, self.claims.grouped, by)
+            else:
+                devices = cpu_devices(self.system, engine.allowed - engine.reserved)
+            self._devices = (engine, devices)
         return list(self._devices[1])
 
-    def claim_cpus(self, claim_uid: str, cpus: CpuSet) -> list[Update]:
+    def pick_claim_cpus(self, asks: Sequence[tuple[CpuSet, int]]) -> CpuSet:
+        return self.claims.pick(self.engine, asks)
+
+    def claim_cpus(self, claim: ClaimGrant) -> list[Update]:
         engine = self.engine
-        if self.claims.claims.get(claim_uid) == cpus:
+        if self.claims.claims.get(claim.uid) == claim:
             return []
-        self.claims.check(engine, claim_uid, cpus)
-        self.claims.add(engine, claim_uid, cpus)
-        # Containers that already run with this claim's variable (the claim re-entered
+        self.claims.check(engine, claim)
+        self.claims.add(engine, claim)
+        # Containers that already run with this claim's variables (the claim re-entered
         # after a daemon restart, before or after Synchronize) move onto its CPUs.
-        for a in engine.cache:
-            if a.pod is None or a.container is None or claim_uid not in a.container.claims:
+        for a in engine.allocations():
+            if a.pod is None or a.container is None or claim.uid not in a.container.claims:
                 continue
-            binding = self.claims.binding(a.name, a.container)
+            binding = self.claims.binding(a.pod, a.name, a.container)
             if binding is not None:
                 self.claims.bind(engine, a.pod, a.container, a.name, binding)
-        engine.unsettle()
-        log.info("DRA claim %s: cpus %s claimed", claim_uid, cpus)
+        log.info("DRA claim %s: cpus %s claimed", claim.uid, claim.cpus)
         return engine.refresh()
 
     def release_claim(self, claim_uid: str) -> list[Update]:
@@ -325,12 +352,11 @@ class TopologyAwarePolicy(HardwarePolicy):
         for cid in self.claims.bound_to(claim_uid):
             # Unprepare normally comes after the pod's containers stopped; one still
             # running goes back to a native placement.
-            a = engine.cache.get(cid)
+            a = engine.allocation(cid)
             self.claims.unbind(cid)
             engine.release(cid)
             if a is not None and a.pod is not None and a.container is not None:
                 self._grant(self._live(engine, a.pod, a.container, None, None))
-        engine.unsettle()
         log.info("DRA claim %s: cpus %s released", claim_uid, cpus)
         return engine.refresh()
 

@@ -5,7 +5,13 @@ A level with a single child is not materialised (its only child would equal it).
 numbered depth-first; a parent's CPUs are the union of its children's (plus any CPUs of
 memoryless NUMA nodes, which fold into the parent). L3 cache pools (AMD EPYC-like CCXs)
 sit under the deepest of socket, die and NUMA node, when that pool holds more than one L3
-cache wholly; they are ordered by cache id and named ``<parent>/L3 cache #<id>``. Dies are
+cache wholly; they are ordered by cache id and named ``<parent>/L3 cache #<id>``.
+
+No child pool has the CPUs of its parent or of a sibling: a split that does not split is
+not built (``_distinct``). Caches are told apart by their CPUs, not by their ids alone:
+qemu's default CPU (AMD vendor without ``topoext``) gives every CPU of a NUMA node an L3 of
+its own id, each listing the whole node, which would otherwise make four copies of the node
+under it. (nri-plugins keys L3 pools by cache id only and would build those copies.) Dies are
 omitted when sysfs gives cluster ids and every die is a single cluster (upstream's
 "dies are same as clusters"); without cluster ids, dies are kept.
 """
@@ -57,7 +63,7 @@ def _socket_shape(system: System, package: int) -> _Shape:
     name = f"socket #{package}"
     l3 = _l3_caches(system, package)
     if len(dies) > 1 and not _dies_are_clusters(system, package, dies):
-        children = tuple(_die_shape(system, package, d, l3) for d in dies)
+        children = _distinct(cpus, tuple(_die_shape(system, package, d, l3) for d in dies))
     else:
         children = _numa_shapes(system, cpus, l3) or _l3_shapes(name, cpus, l3)
     return _Shape(name, "package", cpus, children)
@@ -79,7 +85,7 @@ def _numa_shapes(system: System, cpus: CpuSet, l3: list[tuple[int, CpuSet]]) -> 
     for n in nodes:
         name, node_cpus = f"NUMA node #{n}", system.nodes[n].cpus & cpus
         shapes.append(_Shape(name, "numa", node_cpus, _l3_shapes(name, node_cpus, l3)))
-    return tuple(shapes)
+    return _distinct(cpus, tuple(shapes))
 
 
 def _l3_caches(system: System, package: int) -> list[tuple[int, CpuSet]]:
@@ -95,9 +101,18 @@ def _l3_caches(system: System, package: int) -> list[tuple[int, CpuSet]]:
 
 def _l3_shapes(parent: str, cpus: CpuSet, l3: list[tuple[int, CpuSet]]) -> tuple[_Shape, ...]:
     inside = [(i, c) for i, c in l3 if c.issubset(cpus)]
-    if len(inside) < 2:
-        return ()
-    return tuple(_Shape(f"{parent}/L3 cache #{i}", "l3cache", c) for i, c in inside)
+    shapes = tuple(_Shape(f"{parent}/L3 cache #{i}", "l3cache", c) for i, c in inside)
+    return _distinct(cpus, shapes)
+
+
+def _distinct(parent: CpuSet, children: tuple[_Shape, ...]) -> tuple[_Shape, ...]:
+    """Children that split their parent: none equal to it, none equal to an earlier sibling;
+    fewer than two left is none at all (a lone child would equal the parent's CPUs)."""
+    kept: list[_Shape] = []
+    for child in children:
+        if child.cpus != parent and all(child.cpus != k.cpus for k in kept):
+            kept.append(child)
+    return tuple(kept) if len(kept) >= 2 else ()
 
 
 def _dies_are_clusters(system: System, package: int, dies: list[int]) -> bool:

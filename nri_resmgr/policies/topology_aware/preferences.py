@@ -1,9 +1,11 @@
-"""How a container wants its CPUs: the QoS/annotation table of nri-plugins' topology-aware."""
+"""How a container wants its CPUs: the QoS/annotation table of nri-plugins' topology-aware,
+and ``Preferences``, what a container's annotations ask of the policy, decoded once."""
 
 from __future__ import annotations
 
 import fnmatch
 import functools
+import logging
 from collections.abc import Sequence
 
 import attrs
@@ -12,12 +14,127 @@ from nri_resmgr.config.models import TopologyAwareSpec
 from nri_resmgr.cpus import Priority
 from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.policies.allocations import Kind
-from nri_resmgr.policies.annotations import lookup, lookup_bool
+from nri_resmgr.policies.annotations import DOMAIN, Annotations, Decoded, parse_bool
 from nri_resmgr.policies.requests import QoS, Request
-from nri_resmgr.policies.topology_aware.cpuprefs import REQUIRE, cpu_priority, isolation
-from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.policies.topology_aware.cpuprefs import PREFER, PRIORITY, PRIORITY_NAMES, REQUIRE
+from nri_resmgr.shorten import short_repr
+
+__all__ = [
+    "NO_PREFERENCES",
+    "Preferences",
+    "Want",
+    "check_required_isolation",
+    "preferences_of",
+    "wanted",
+]
+
+log = logging.getLogger(__name__)
 
 KUBE_SYSTEM = "kube-system"
+
+
+@attrs.frozen
+class Preferences:
+    """What a container's pod annotations ask of topology-aware (each key read at its
+    narrowest scope, ``annotations.Annotations``), decoded once per container by
+    ``preferences_of``; a value that does not parse is logged then and ignored. Texts with a
+    grammar of their own (hints, memory types, affinities) are parsed where they are used."""
+
+    cpu_preserve: bool = False
+    """``cpu.preserve``: the container keeps the cpuset the runtime gave it."""
+    prefer_reserved: bool | None = None
+    prefer_shared: bool | None = None
+    isolated: bool | None = None
+    """The effective isolation annotation's value (of ``require-`` and ``prefer-isolated-cpus``
+    the one of narrower scope, ``require`` winning a tie); None when neither is set."""
+    require_isolated: bool = False
+    """``require-isolated-cpus`` is the effective isolation annotation."""
+    cpu_priority: Priority | None = None
+    """``prefer-cpu-priority``; None: the config's ``defaultCPUPriority``."""
+    unlimited_burstable: str | None = None
+    """A topology level, resolved against the pools where it is used."""
+    keep_mems: bool = False
+    """``memory.preserve`` as ParseBool reads it: cpuset.mems left as the runtime has them."""
+    memory_preserve: bool = False
+    """``memory.preserve`` as the memory zones read it (``true``, ``1``, ``t``, ``yes``, any
+    case): accounted in every node of the pool."""
+    memory_type: str | None = None
+    strict_hints: bool = False
+    pick_by_hints: bool = False
+    hint_sources: str | None = None
+    """``topologyhints``: a boolean, or which automatic sources (``hint_sources``)."""
+    test_hints: str | None = None
+    allow_hints: str | None = None
+    deny_hints: str | None = None
+    affinity: str | None = None
+    """``resource-policy.nri.io/affinity``, the pod's (``affinity``)."""
+    anti_affinity: str | None = None
+
+    @classmethod
+    def decode(cls, a: Annotations) -> Preferences:
+        memory_preserve = a.get("memory.preserve")
+        return cls(
+            cpu_preserve=a.flag("cpu.preserve") is True,
+            prefer_reserved=a.flag("prefer-reserved-cpus"),
+            prefer_shared=a.flag("prefer-shared-cpus"),
+            isolated=_isolation(a),
+            require_isolated=_requires_isolation(a),
+            cpu_priority=_priority(a),
+            unlimited_burstable=a.get("unlimited-burstable"),
+            keep_mems=a.flag("memory.preserve") is True,
+            memory_preserve=memory_preserve is not None
+            and memory_preserve.strip().lower() in ("true", "1", "t", "yes"),
+            memory_type=a.get("memory-type"),
+            strict_hints=_hint_flag(a, "strict.topologyhints"),
+            pick_by_hints=_hint_flag(a, "pick-resources-by-hints"),
+            hint_sources=a.get("topologyhints"),
+            test_hints=a.get("test.topologyhints"),
+            allow_hints=a.get("allow.topologyhints"),
+            deny_hints=a.get("deny.topologyhints"),
+            affinity=a.pod_keys.get("affinity"),
+            anti_affinity=a.pod_keys.get("anti-affinity"),
+        )
+
+
+NO_PREFERENCES = Preferences()
+"""A pod without annotations asks for nothing: the defaults, shared."""
+
+preferences_of = Decoded(Preferences.decode, NO_PREFERENCES)
+"""``preferences_of(pod, container)``: the container's Preferences, decoded once per event."""
+
+
+def _requires_isolation(a: Annotations) -> bool:
+    require, prefer = a.scope(REQUIRE), a.scope(PREFER)
+    return require is not None and (prefer is None or require <= prefer)
+
+
+def _isolation(a: Annotations) -> bool | None:
+    if a.scope(REQUIRE) is None and a.scope(PREFER) is None:
+        return None
+    return a.flag(REQUIRE if _requires_isolation(a) else PREFER)
+
+
+def _priority(a: Annotations) -> Priority | None:
+    value = a.get(PRIORITY)
+    if value is None or value == "default":
+        return None
+    prio = PRIORITY_NAMES.get(value)
+    if prio is None:
+        log.warning("%s: ignoring annotation %s.%s: %s is not a CPU priority (high, normal, "
+                    "low, none, default)", a.where, PRIORITY, DOMAIN,
+                    short_repr(value))  # fmt: skip
+    return prio
+
+
+def _hint_flag(a: Annotations, name: str) -> bool:
+    value = a.get(name)
+    if value is None:
+        return False
+    parsed = parse_bool(value)
+    if parsed is None:
+        log.error("%s/%s: invalid %s.%s annotation %s: not a boolean; taken as false",
+                  a.namespace, a.container, name, DOMAIN, short_repr(value))  # fmt: skip
+    return parsed is True
 
 
 @attrs.frozen
@@ -66,14 +183,15 @@ def _besteffort(default_priority: str) -> Want:
 
 
 def wanted(
-    pod: Pod, container: Container, req: Request, spec: TopologyAwareSpec, has_reserved: bool
+    prefs: Preferences, namespace: str, req: Request, spec: TopologyAwareSpec, has_reserved: bool
 ) -> Want:
+    """How the container wants its CPUs: its QoS class and request, its preferences, the
+    config (nri-plugins cpuAllocationPreferences)."""
     r = req.cpu_request
-    annotated = bool(pod.annotations)  # most pods have none: no preference to look up
-    if annotated and lookup_bool(pod, container, "cpu.preserve"):
+    if prefs.cpu_preserve:
         return Want(Kind.PRESERVE, request=r)
-    prefer_reserved = lookup_bool(pod, container, "prefer-reserved-cpus") if annotated else None
-    reserved_ns = in_reserved_namespace(pod.namespace, spec.reserved_pool_namespaces)
+    prefer_reserved = prefs.prefer_reserved
+    reserved_ns = in_reserved_namespace(namespace, spec.reserved_pool_namespaces)
     if has_reserved and (prefer_reserved or (reserved_ns and prefer_reserved is not False)):
         return Want(Kind.RESERVED, request=r)
     if req.qos is QoS.BESTEFFORT:
@@ -86,21 +204,20 @@ def wanted(
             request=r,
             unlimited=req.cpu_limit is None,
             limit=req.cpu_limit,
-            burst_level=lookup(pod, container, "unlimited-burstable"),
+            burst_level=prefs.unlimited_burstable,
             prio=default,
         )
-    want = attrs.evolve(
-        _guaranteed(pod, container, r, spec), prio=cpu_priority(pod, container, default)
-    )
+    prio = default if prefs.cpu_priority is None else prefs.cpu_priority
+    want = attrs.evolve(_guaranteed(prefs, r, spec), prio=prio)
     if not want.exclusive:
         return want
-    return attrs.evolve(want, require_isolated=isolation(pod, container).strict)
+    return attrs.evolve(want, require_isolated=prefs.require_isolated)
 
 
-def _guaranteed(pod: Pod, container: Container, r: int, spec: TopologyAwareSpec) -> Want:
+def _guaranteed(prefs: Preferences, r: int, spec: TopologyAwareSpec) -> Want:
     cores, frac = divmod(r, 1000)
-    shared_annotation = lookup_bool(pod, container, "prefer-shared-cpus")
-    isolated_annotation = isolation(pod, container).value  # prefer- or require-isolated-cpus
+    shared_annotation = prefs.prefer_shared
+    isolated_annotation = prefs.isolated  # prefer- or require-isolated-cpus
     prefer_shared = spec.prefer_shared_cpus if shared_annotation is None else shared_annotation
     prefer_isolated = (
         spec.prefer_isolated_cpus if isolated_annotation is None else isolated_annotation

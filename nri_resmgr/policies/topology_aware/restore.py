@@ -34,7 +34,7 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
     (a reconfiguration, which is then refused); otherwise (Synchronize) it is logged and
     left alone, never sent an empty cpuset.
     """
-    engine.cache.clear()
+    engine.forget_all()
     lives = sorted(lives, key=_BY_CONTAINER_ID)
     users = _cpu_users(lives)
     pending: list[Live] = []
@@ -46,9 +46,9 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
         if live.fell_back:
             fell_back[live.container.id] = live
             pending.append(_as_shared(live))
-        elif kind in (Kind.RESERVED, Kind.PRESERVE):
+        elif not kind.takes_load:  # reserved or preserved
             _grant(engine, live)
-            granted = engine.cache.get(live.container.id)
+            granted = engine.allocation(live.container.id)
             if granted is not None and granted.kind is Kind.SHARED:
                 # The reserved CPUs are full: restored on normal shared CPUs, where it runs.
                 engine.release(live.container.id)
@@ -82,13 +82,14 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
         for live in leftovers:
             log.debug("%s: current cpuset %s cannot be kept; re-allocating", live.name, live.cpus)
     place_all(engine, leftovers, grant_one)
+    held: list[Allocation] = []
     for live in lives:
-        a = engine.cache.get(live.container.id)
-        # Those read back (``_put``) already hold what the runtime has; only granted ones
-        # are rewritten, sparing a thousand evolve+put pairs on a Synchronize.
+        a = engine.allocation(live.container.id)
+        # Those read back (``_adopt``) already hold what the runtime has; only granted ones
+        # are rewritten, sparing a thousand copies on a Synchronize.
         if a is not None and (a.cpus is not live.cpus or a.mems is not live.mems):
-            engine.cache.put(attrs.evolve(a, cpus=live.cpus, mems=live.mems))
-    engine.unsettle()
+            held.append(a.with_cpusets(live.cpus, live.mems))
+    engine.adopt(held)
     return engine.refresh()
 
 
@@ -115,7 +116,14 @@ def _empties_the_root(engine: Engine, claim: CpuSet) -> bool:
     (the engine slices idle pools, as nri-plugins' SliceableCPUs does), and a claim that
     emptied a busy one would hold CPUs its shared containers run on, which ``_only_mine``
     already refuses."""
-    return not (engine.shared_cpus(0, engine.cache.exclusive_cpus()) - claim)
+    return not (engine.supply.shared_cpus(0) - claim)
+
+
+def _pool_mems(engine: Engine, live: Live) -> CpuSet | None:
+    """``live``'s mems where they tell its pool: only where the policy set them. Unpinned
+    (pin-memory off, or memory.preserve) they are whatever the runtime last had, say the
+    socket's from before a move to a NUMA node, and would draw it back there."""
+    return live.mems if engine.spec.pin_memory and not live.keep_mems else None
 
 
 def _home_pool(engine: Engine, cpus: CpuSet, mems: CpuSet | None) -> int | None:
@@ -127,8 +135,8 @@ def _home_pool(engine: Engine, cpus: CpuSet, mems: CpuSet | None) -> int | None:
     return max(candidates, key=lambda p: (p.depth, -p.index)).index
 
 
-def _put(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: CpuSet) -> None:
-    engine.cache.put(_read_back(engine, live, pool, kind, exclusive))
+def _adopt(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: CpuSet) -> None:
+    engine.adopt([_read_back(engine, live, pool, kind, exclusive)])
 
 
 def _read_back(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: CpuSet) -> Allocation:
@@ -141,7 +149,7 @@ def _read_back(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: Cpu
         kind,
         live.want.request,
         exclusive=exclusive,
-        isolated=bool(exclusive) and exclusive.issubset(engine.isolated),
+        isolated=bool(exclusive) and exclusive.issubset(engine.supply.isolated),
         cpus=live.cpus,
         mems=live.mems,
         keep_mems=live.keep_mems,
@@ -151,13 +159,12 @@ def _read_back(engine: Engine, live: Live, pool: int, kind: Kind, exclusive: Cpu
 
 
 def _cpu_users(lives: Sequence[Live]) -> dict[int, int]:
-    """How many containers (reserved and preserved ones aside) have each CPU in their cpuset."""
+    """How many containers taking load have each CPU in their cpuset: not reserved or
+    preserved ones, but reserved-class ones that fell back to shared CPUs (they run there)."""
     # Containers of one pool report the same cpuset: count each set once (a big machine's
     # sets hold thousands of CPUs).
     sets = Counter(
-        live.cpus
-        for live in lives
-        if live.cpus and live.want.kind not in (Kind.RESERVED, Kind.PRESERVE)
+        live.cpus for live in lives if live.cpus and (live.want.kind.takes_load or live.fell_back)
     )
     users: dict[int, int] = defaultdict(int)
     for cpus, n in sets.items():
@@ -174,11 +181,12 @@ def _claim_exclusive(engine: Engine, live: Live, users: dict[int, int]) -> bool:
     cpus = live.cpus
     if not cpus or len(cpus) != live.want.exclusive or not _only_mine(cpus, users):
         return False
-    free = (engine.sharable[0] | engine.isolated) - engine.cache.exclusive_cpus()
-    pool = _home_pool(engine, cpus, live.mems)
-    if pool is None or not cpus.issubset(free) or _empties_the_root(engine, cpus - engine.isolated):
+    supply = engine.supply
+    free = (supply.sharable[0] | supply.isolated) - engine.exclusive_cpus()
+    pool = _home_pool(engine, cpus, _pool_mems(engine, live))
+    if pool is None or not cpus.issubset(free) or _empties_the_root(engine, cpus - supply.isolated):
         return False
-    _put(engine, live, pool, Kind.EXCLUSIVE, cpus)
+    _adopt(engine, live, pool, Kind.EXCLUSIVE, cpus)
     return True
 
 
@@ -191,7 +199,7 @@ def _restore_mixed(
     seen: dict[int, list[CpuSet]] = defaultdict(list)
     leftovers: list[Live] = []
     for live in mixed:
-        pool = _home_pool(engine, live.cpus, live.mems) if live.cpus else None
+        pool = _home_pool(engine, live.cpus, _pool_mems(engine, live)) if live.cpus else None
         if pool is None:
             leftovers.append(live)
         else:
@@ -204,12 +212,13 @@ def _restore_mixed(
         if not w.cpus:
             continue
         # Witnesses are mostly shared containers, a few distinct (cpus, mems) among them.
-        key = (w.cpus, w.mems)
+        key = (w.cpus, _pool_mems(engine, w))
         if key not in homes:
-            homes[key] = _home_pool(engine, w.cpus, w.mems)
+            homes[key] = _home_pool(engine, *key)
         pool = homes[key]
         if pool in groups:
             seen[pool].append(w.cpus)
+    supply = engine.supply
     for pool, members in groups.items():
         sets = seen[pool]
         common = sets[0]
@@ -217,12 +226,12 @@ def _restore_mixed(
             common = common & s
         for live in members:
             assert live.cpus is not None
-            taken = engine.cache.exclusive_cpus()
-            free = (engine.sharable[pool] | engine.isolated_of[pool]) - taken
+            taken = engine.exclusive_cpus()
+            free = (supply.sharable[pool] | supply.isolated_of[pool]) - taken
             own = live.cpus - common if len(sets) > 1 else CpuSet()
-            if live.cpus & engine.isolated:
+            if live.cpus & supply.isolated:
                 # Isolated CPUs are never shared, so they can only be this one's own.
-                own = live.cpus & engine.isolated
+                own = live.cpus & supply.isolated
             if len(sets) > 1 and not own:
                 leftovers.append(live)  # it has only the common, shared CPUs
                 continue
@@ -231,23 +240,40 @@ def _restore_mixed(
                 or not own.issubset(free)
                 or not _only_mine(own, users)
             ):
-                usable = (live.cpus & free) - engine.isolated
+                usable = (live.cpus & free) - supply.isolated
                 if len(usable) <= live.want.exclusive:
                     leftovers.append(live)
                     continue
-                own = pick_cpus(engine.system, usable, live.want.exclusive)
-            if _empties_the_root(engine, own - engine.isolated):
+                picked = _own_part(engine, usable, live.want.exclusive, users)
+                if picked is None:
+                    leftovers.append(live)  # every CPU it has runs others too: shared
+                    continue
+                own = picked
+            if _empties_the_root(engine, own - supply.isolated):
                 leftovers.append(live)
                 continue
-            _put(engine, live, pool, Kind.MIXED, own)
+            _adopt(engine, live, pool, Kind.MIXED, own)
     return leftovers
 
 
+def _own_part(engine: Engine, usable: CpuSet, count: int, users: dict[int, int]) -> CpuSet | None:
+    """A mixed container's own CPUs among ``usable`` when no container of its pool tells
+    them apart: exactly ``count`` of them that no other container runs on (a container of
+    an overlapping pool witnesses the rest as shared); None when other containers run on
+    every one of them (it holds none: it runs as shared); else any ``count``, picked."""
+    alone = CpuSet([cpu for cpu in usable if users.get(cpu, 0) == 1])
+    if len(alone) == count:
+        return alone
+    if not alone:
+        return None
+    return pick_cpus(engine.system, usable, count)
+
+
 def _restore_shared(engine: Engine, shared: list[Live]) -> list[Live]:
-    taken = engine.cache.exclusive_cpus()
+    shared_sets = engine.supply.shared_sets()
     by_set: dict[CpuSet, list[int]] = defaultdict(list)
     for p in engine.pools:
-        by_set[engine.shared_cpus(p.index, taken)].append(p.index)
+        by_set[shared_sets[p.index]].append(p.index)
     # The containers of a pool report the same (cpus, mems): choose its pool once per pair.
     chosen: dict[tuple[CpuSet | None, CpuSet | None], int | None] = {}
     leftovers: list[Live] = []
@@ -255,18 +281,18 @@ def _restore_shared(engine: Engine, shared: list[Live]) -> list[Live]:
     kept: list[Allocation] = []
     no_cpus = CpuSet()
     for live in shared:
-        key = (live.cpus, live.mems)
+        key = (live.cpus, _pool_mems(engine, live))
         if key in chosen:
             best = chosen[key]
         else:
-            best = chosen[key] = _shared_pool(engine, by_set, live.cpus, live.mems)
+            best = chosen[key] = _shared_pool(engine, by_set, *key)
         if best is None:
             leftovers.append(live)
             continue
         kept.append(_read_back(engine, live, best, Kind.SHARED, no_cpus))
         if live.want.kind is not Kind.SHARED:
             log.info("%s: restored as shared (exclusive CPUs were not available)", live.name)
-    engine.cache.put_all(kept)
+    engine.adopt(kept)
     return leftovers
 
 

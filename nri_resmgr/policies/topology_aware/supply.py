@@ -1,27 +1,53 @@
-"""Topology-aware supply: what each pool holds, the load placed in it, and whether a grant fits.
+"""Topology-aware supply: what each pool holds, the load placed in it, whether a grant fits,
+and which of the pools that fit is best (``choose``).
 
 Every pool's shared CPUs are its sharable CPUs minus every exclusive CPU granted anywhere, so
 taking or returning exclusive CPUs changes the cpuset of shared containers in overlapping
-pools. Exclusive CPUs are sliced only from shared capacity no container uses (``_fit``).
+pools. Exclusive CPUs are sliced only from shared capacity no container uses (``fit``).
+
+``Supply`` is a part of ``Engine``: it reads the engine's grants (``AllocationView``, the
+store's read side) and memory zones, and writes neither.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+from collections.abc import Mapping
+
 import attrs
 
 from nri_resmgr.config.models import TopologyAwareSpec
+from nri_resmgr.cpus import Priority
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.policies.allocations import NO_CPUS, AllocationCache, Kind, PoolLoad
+from nri_resmgr.policies.allocations import NO_CPUS, AllocationView, PoolLoad
+from nri_resmgr.policies.topology_aware.affinity import pool_score as affinity_score
+from nri_resmgr.policies.topology_aware.cpuprefs import priority_capacity
+from nri_resmgr.policies.topology_aware.hints import (
+    ContainerHints,
+    HintTarget,
+    combine,
+    hint_targets,
+    pool_score,
+)
+from nri_resmgr.policies.topology_aware.memory import MemoryWant
 from nri_resmgr.policies.topology_aware.memzones import MemoryAllocator
 from nri_resmgr.policies.topology_aware.pools import Pool, ancestors, subtree
 from nri_resmgr.policies.topology_aware.preferences import Want
 from nri_resmgr.policies.topology_aware.scoring import (
+    LEVEL_VALUES,
+    Ask,
+    PoolScore,
+    best,
     children_first,
     find_existing_level,
+    memory_key,
 )
 from nri_resmgr.sysfs import System
 
 __all__ = ["Candidate", "Supply"]
+
+log = logging.getLogger(__name__)
 
 _IDLE = PoolLoad()
 
@@ -39,7 +65,7 @@ class Candidate:
 
 
 class Supply:
-    """Pools, the load the cache's grants put on them, and whether a new grant fits.
+    """Pools, the load the engine's grants put on them, whether a new grant fits and where.
 
     The rule every grant keeps (as nri-plugins does): exclusive CPUs are sliced only from
     shared capacity no container uses, so a pool holding (or below an ancestor holding)
@@ -53,6 +79,8 @@ class Supply:
         pools: list[Pool],
         allowed: CpuSet,
         reserved: CpuSet,
+        grants: AllocationView,
+        memory: MemoryAllocator,
     ) -> None:
         self.system = system
         self.spec = spec
@@ -69,7 +97,6 @@ class Supply:
         self.descendants = [
             sorted(self.subtrees[p.index][1:], key=lambda i: -pools[i].depth) for p in pools
         ]
-        self.cache = AllocationCache()
         # nri-plugins numbers pools children first (post-order); its ties go to the lower id.
         postorder = children_first(pools)
         self.upstream_id = {pool: n for n, pool in enumerate(postorder)}
@@ -78,11 +105,9 @@ class Supply:
         ]
         self._levels = [pools[i].level for i in postorder]
         self.unlimited_level = find_existing_level(self._levels, spec.unlimited_burstable)
-        self.memory = MemoryAllocator(system)
-        # The shared cpusets every cached allocation was last brought in line with; None when
-        # allocations were stored from outside (restore) and must all be checked again.
-        self._settled: list[CpuSet] | None = None
-        # Every pool's shared CPUs for the last ``taken`` asked about (the cache's exclusive
+        self._grants = grants
+        self._memory = memory
+        # Every pool's shared CPUs for the last ``taken`` asked about (the grants' exclusive
         # CPUs, which only change on an exclusive grant or release): one decision asks for
         # them dozens of times.
         self._shared_memo: tuple[CpuSet, list[CpuSet]] | None = None
@@ -90,22 +115,23 @@ class Supply:
     # -- supply ---------------------------------------------------------------------------
 
     def shared_cpus(self, pool: int, taken: CpuSet | None = None) -> CpuSet:
-        return self._shared_sets(taken)[pool]
+        """The pool's shared CPUs with ``taken`` (default: all exclusive CPUs) set aside."""
+        return self.shared_sets(taken)[pool]
 
-    def _shared_sets(self, taken: CpuSet | None = None) -> list[CpuSet]:
+    def shared_sets(self, taken: CpuSet | None = None) -> list[CpuSet]:
         """Every pool's shared CPUs with ``taken`` (default: all exclusive CPUs) set aside;
         the list is shared, never to be changed."""
         if taken is None:
-            taken = self.cache.exclusive_cpus()
+            taken = self._grants.exclusive_cpus()
         memo = self._shared_memo
         if memo is None or memo[0] is not taken:
             memo = self._shared_memo = (taken, [s - taken for s in self.sharable])
         return memo[1]
 
-    def _usage(self) -> dict[int, PoolLoad]:
+    def usage(self) -> dict[int, PoolLoad]:
         """Per pool index: the load of the containers placed in it."""
         usage: dict[int, PoolLoad] = {}
-        for pool, load in self.cache.loads().items():
+        for pool, load in self._grants.loads().items():
             i = self.index.get(pool)
             if i is not None:
                 usage[i] = load
@@ -170,15 +196,17 @@ class Supply:
     def pool_load(self, pool: int) -> PoolLoad:
         """The load of a pool and its subtree, as placement sees them (an ancestor's shared
         containers counted by share); for exports."""
-        return self._load(pool, self._usage(), self.cache.exclusive_cpus())
+        return self._load(pool, self.usage(), self._grants.exclusive_cpus())
 
-    def _fit(
+    def fit(
         self, pool: int, want: Want, usage: dict[int, PoolLoad], taken: CpuSet
     ) -> Candidate | None:
-        shared = self._shared_sets(taken)[pool]
+        """How ``want`` fits in ``pool`` with ``usage`` placed and ``taken`` held
+        exclusively; None when it does not."""
+        shared = self.shared_sets(taken)[pool]
         load = self._shared_load(pool, usage, taken)
-        uses_shared = want.kind in (Kind.SHARED, Kind.MIXED)
-        shared_part = want.shared_part if uses_shared else 0
+        uses_shared = want.kind.uses_shared
+        shared_part = want.kind.shared_part(want.request)
         remaining = len(shared)
         isolated = False
         source = NO_CPUS
@@ -223,3 +251,119 @@ class Supply:
         """Shared CPUs a pool keeps whatever its load: one for the root, so every container
         always has a CPU to be pinned to; none for the others, so idle ones may be sliced."""
         return 0 if self.ancestors[pool] else 1
+
+    # -- choosing a pool ------------------------------------------------------------------
+
+    def choose(
+        self,
+        want: Want,
+        hint: str | None = None,
+        affinity: Mapping[str, int] | None = None,
+        memory: MemoryWant | None = None,
+        topo: ContainerHints | None = None,
+    ) -> Candidate | None:
+        """The best fitting pool for ``want`` (the hinted one if it fits), in nri-plugins'
+        order (``scoring.compare``); ``affinity`` weighs pools by name, ``topo`` by the
+        container's topology hints; None if none fits."""
+        taken = self._grants.exclusive_cpus()
+        usage = self.usage()
+        if len(self.pools) == 1:
+            return self.fit(0, want, usage, taken)  # one pool, hinted or not: no choice
+        return self._best_fit(want, hint, affinity, memory, topo, usage, taken)
+
+    def _best_fit(
+        self,
+        want: Want,
+        hint: str | None,
+        affinity: Mapping[str, int] | None,
+        memory: MemoryWant | None,
+        topo: ContainerHints | None,
+        usage: dict[int, PoolLoad],
+        taken: CpuSet,
+    ) -> Candidate | None:
+        """``choose`` among the pools that fit, with the usage and exclusive CPUs now."""
+        if hint is not None and hint in self.index:
+            fit = self.fit(self.index[hint], want, usage, taken)
+            if fit is not None:
+                return fit
+        fits = []
+        for p in self.pools:  # a loop, not a generator in a comprehension: two frames fewer
+            fit = self.fit(p.index, want, usage, taken)
+            if fit is not None:
+                fits.append(fit)
+        if not fits:
+            return None
+        if len(fits) == 1:
+            return fits[0]
+        ask = self._ask(want)
+        weights = {self.index[n]: w for n, w in (affinity or {}).items() if n in self.index}
+        scores = [self._score(c, want, usage, taken, weights, memory, topo) for c in fits]
+        return fits[[s.pool for s in scores].index(best(ask, scores).pool)]
+
+    def _ask(self, want: Want) -> Ask:
+        level = self.unlimited_level
+        if want.burst_level is not None:
+            if want.burst_level in LEVEL_VALUES:
+                level = find_existing_level(self._levels, want.burst_level)
+            else:
+                log.error(
+                    "ignoring invalid unlimited-burstable annotation %r (not one of %s)",
+                    want.burst_level,
+                    ", ".join(LEVEL_VALUES),
+                )
+        return Ask(
+            full=want.exclusive,
+            isolate=want.isolated,
+            burstable=want.unlimited or want.limit is not None,
+            limit=want.limit,
+            level=level,
+            prio=want.prio,
+        )
+
+    def _score(
+        self,
+        c: Candidate,
+        want: Want,
+        usage: dict[int, PoolLoad],
+        taken: CpuSet,
+        weights: Mapping[int, int],
+        memory: MemoryWant | None = None,
+        topo: ContainerHints | None = None,
+    ) -> PoolScore:
+        pool = self.pools[c.pool]
+        isolated = 0
+        if want.isolated:
+            isolated = len(self.isolated_of[c.pool] - taken) - want.exclusive
+        return PoolScore(
+            pool=c.pool,
+            upstream_id=self.upstream_id[c.pool],
+            depth=pool.depth,
+            level=pool.level,
+            isolated=isolated,
+            shared=c.capacity,
+            free=c.free,
+            colocated=usage.get(c.pool, _IDLE).containers,
+            affinity=(
+                affinity_score(weights, self.ancestors[c.pool], self.links_below[c.pool])
+                if weights
+                else 0.0
+            ),
+            memory=memory_key(self._memory, pool.mems, memory),
+            prio=self._prio_capacity(c.pool, want, taken),
+            hints=(
+                None
+                if topo is None
+                else combine(pool_score(self._hint_targets, c.pool, h) for h in topo.hints)
+            ),
+        )
+
+    def _prio_capacity(self, pool: int, want: Want, taken: CpuSet) -> int:
+        if want.prio is Priority.NONE:
+            return 0
+        part = want.kind.shared_part(want.request)
+        shared = self.shared_cpus(pool, taken)
+        return priority_capacity(self.system, shared, want.prio, want.exclusive, part)
+
+    @functools.cached_property
+    def _hint_targets(self) -> list[HintTarget]:
+        return hint_targets(self.system, self.pools)

@@ -16,7 +16,9 @@ from nri_resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.policies.balloons.types import BalloonsError
 from nri_resmgr.resmgr.model import Container, Pod
 from nri_resmgr.resmgr.policy import PolicyEnv
+from nri_resmgr.sysfs import discover
 from tests.policies.replay.helm import disjoint, helm_merge, milli
+from tests.policies.replay.runtime import GuestHook
 from tests.policies.replay.simulated import SimulatedRuntime
 from tests.policies.workload import Runtime, container, pod
 from tests.sysfs.fakesys import N4C16, Layout, write_sysfs
@@ -60,6 +62,11 @@ CHART_DEFAULTS: dict[str, Any] = {
 SIMULATED = False
 """Set by the simulated-runtime replay (conftest) for the duration of a test."""
 OPEN: list[SimulatedRuntime] = []
+GUEST: GuestHook | None = None
+"""Set by the node suite (tests/node): pods go through CRI to a real containerd in a qemu
+guest of the scenario's layout, placed there by our daemon, and are checked on what the
+guest kernel holds."""
+KIND = "BalloonsPolicy"
 __all__ = ["CHART_DEFAULTS", "Scenario", "disjoint", "helm_merge", "milli"]
 
 
@@ -75,12 +82,17 @@ class Scenario:
     ) -> None:
         """``write=False``: the test wrote its own sysfs under ``tmp_path``. With
         ``SIMULATED`` set, pods go through the simulated runtime and the NRI stack."""
-        spec = structure_spec(helm_merge(CHART_DEFAULTS, config), "BalloonsPolicy")
+        values = helm_merge(CHART_DEFAULTS, config)
+        spec = structure_spec(values, KIND)
         self.policy = BalloonsPolicy()
-        self.runtime: Runtime | SimulatedRuntime
+        self.runtime: Runtime | SimulatedRuntime | Any
         if write:
             write_sysfs(tmp_path, layout)
-        if SIMULATED:
+        self.system = discover(str(tmp_path))
+        """The machine the scenario assumes (the policy's own view, in-process)."""
+        if GUEST is not None:
+            self.runtime = GUEST(KIND, values, layout, BalloonsError)
+        elif SIMULATED:
             self.runtime = SimulatedRuntime(self.policy, spec, str(tmp_path), BalloonsError)
             OPEN.append(self.runtime)
         else:
@@ -118,7 +130,7 @@ class Scenario:
         p = attrs.evolve(p, labels={"app": name, **(labels or {})})
         request = milli(cpureq) if cpureq else 0
         limit = milli(cpulim) if cpulim else None
-        made = []
+        made: list[Container] = []
         self.pods[name] = (p, made)
         for i in range(contcount):
             c = container(p, f"{name}c{i}", request, limit)

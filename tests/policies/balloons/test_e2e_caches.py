@@ -35,15 +35,15 @@ def _scenario(tmp_path: Path, l2: list[str], cfg: dict[str, object]) -> Scenario
 
 
 def _nodes(s: Scenario, name: str) -> set[int]:
-    return {s.policy.system.cpus[c].node for c in s.cpus[name]}
+    return {s.system.cpus[c].node for c in s.cpus[name]}
 
 
 def _packages(s: Scenario, name: str) -> set[int]:
-    return {s.policy.system.cpus[c].package for c in s.cpus[name]}
+    return {s.system.cpus[c].package for c in s.cpus[name]}
 
 
 def _cores(s: Scenario, name: str) -> set[int]:
-    return {min(s.policy.system.cpus[c].threads) for c in s.cpus[name]}
+    return {min(s.system.cpus[c].threads) for c in s.cpus[name]}
 
 
 CACHE_CFG = {

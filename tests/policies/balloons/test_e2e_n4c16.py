@@ -479,7 +479,7 @@ ALLOCATOR_CFG = {
 
 def test10_allocator_opts(tmp_path: Path) -> None:
     s = Scenario(tmp_path, ALLOCATOR_CFG)
-    system = s.policy.system
+    system = s.system
 
     def cores(name: str) -> set[int]:
         return {min(system.cpus[c].threads) for c in s.cpus[name]}

@@ -153,7 +153,7 @@ def test16_composite_balloons(tmp_path: Path) -> None:
     index0.mkdir(parents=True)
     (index0 / "shared_cpu_list").write_text("6-7\n")
     s = Scenario(tmp_path, COMPOSITE_CFG, write=False)
-    system = s.policy.system
+    system = s.system
 
     def nodes(name: str) -> set[int]:
         return {system.cpus[c].node for c in s.cpus[name]}
@@ -192,5 +192,21 @@ def test16_composite_balloons(tmp_path: Path) -> None:
     assert len(c["pod5c0"]) == 12 and per_node(c["pod5c0"]) == [3, 3, 3, 3]
     s.delete_all()
     s.next_pod = 0  # upstream resets its pod counter here
-    s.create(annotations={ANN: "nodes2301"}, cpureq="1", cpulim="", memreq="100M", memlim="")
-    assert nodes("pod0c0") == {2}
+    one = {"cpureq": "1", "cpulim": "", "memreq": "100M", "memlim": ""}
+    # componentCreation balance-balloons: node balloons in the order 2, 3, 0, 1, each the
+    # component type with the fewest instances at the time.
+    for pod, node in enumerate((2, 3, 0, 1)):
+        s.create(annotations={ANN: "nodes2301"}, **one)
+        assert nodes(f"pod{pod}c0") == {node}, pod
+    s.delete("pod1")  # it ran in the node3 balloon: node3 has the fewest instances again
+    s.create(annotations={ANN: "nodes2301"}, **one)
+    assert nodes("pod4c0") == {3}
+    s.delete_all()
+    s.create(annotations={ANN: "new-on-node-1"}, **one)
+    assert nodes("pod5c0") == {1}
+    # pod5's node1 balloon is a component instance too: balance-pkg0-nodes (node0 + node1)
+    # would count one instance more than balance-pkg1-nodes (node2 + node3), so the first
+    # balance-both-nodes-on-either-pkg balloon is made of the latter; then they alternate.
+    for pod, pair in ((6, {2, 3}), (7, {0, 1}), (8, {2, 3})):
+        s.create(annotations={ANN: "balance-both-nodes-on-either-pkg"}, **one)
+        assert nodes(f"pod{pod}c0") == pair, pod

@@ -25,6 +25,7 @@ from nri_resmgr.sim.kubelet import nri_pod
 from nri_resmgr.sim.workload import AddPod, Role, parse_workload
 from nri_resmgr.sysfs import System, discover
 from tests.policies.replay.helm import helm_merge
+from tests.policies.replay.runtime import GuestHook
 from tests.policies.replay.simulated import SimulatedRuntime
 from tests.policies.replay.verify import Names, check, namespace
 from tests.policies.replay.vm import VmTopology, write_vm_sysfs
@@ -53,6 +54,10 @@ POD_C = re.compile(r"pod[0-9]+c[0-9]+$")
 SIMULATED = False
 """Set by the simulated-runtime replay for the duration of a test."""
 OPEN: list[SimulatedRuntime] = []
+GUEST: GuestHook | None = None
+"""Set by the node suite (tests/node): pods go through CRI to a real containerd in a qemu
+guest of the scenario's topology, placed there by our daemon, and are checked on what the
+guest kernel holds. The guest keeps upstream's control-plane pods for the whole run."""
 
 
 class Refused(Exception):
@@ -93,8 +98,11 @@ def helm_config(
     return cfg
 
 
+KIND = "TopologyAwarePolicy"
+
+
 def config_spec(values: Mapping[str, Any]) -> PolicySpec:
-    return structure_spec(helm_merge(CHART_DEFAULTS, values), "TopologyAwarePolicy")
+    return structure_spec(helm_merge(CHART_DEFAULTS, values), KIND)
 
 
 def annotation_lines(lines: Sequence[str]) -> dict[str, str]:
@@ -194,8 +202,12 @@ class Scenario:
         self.names = Names(self.system)
         self.spec = config_spec(values)
         self.policy = TopologyAwarePolicy()
-        self.runtime: _InProcess | SimulatedRuntime
-        if SIMULATED:
+        self.runtime: _InProcess | SimulatedRuntime | Any
+        self.on_guest = GUEST is not None
+        if GUEST is not None:
+            self.runtime = GUEST(KIND, helm_merge(CHART_DEFAULTS, values), topology, Refused)
+            control_plane = False  # the guest's control-plane pods are there already
+        elif SIMULATED:
             self.runtime = SimulatedRuntime(self.policy, self.spec, str(tmp_path), Refused)
             OPEN.append(self.runtime)
         else:
@@ -298,13 +310,13 @@ class Scenario:
             self.names,
             {n: cpus[cid] for n, cid in running.items()},
             {n: mems[cid] for n, cid in running.items()},
-            {"allocations": self.allocations()},
+            {} if self.on_guest else {"allocations": self.allocations()},
         )
 
     def allocations(self) -> set[str]:
         """Container names the policy holds an allocation for (upstream's ``allocations``)."""
-        cache = self.policy.engine.cache
-        return {n for n, c in self._all().items() if c.id in cache}
+        engine = self.policy.engine
+        return {n for n, c in self._all().items() if engine.allocation(c.id) is not None}
 
     def _all(self) -> dict[str, Container]:
         return {c.name: c for _, made in self.pods.values() for c in made}

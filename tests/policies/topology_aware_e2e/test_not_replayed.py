@@ -1,6 +1,6 @@
 """Every scenario of nri-plugins' topology-aware e2e suite is either replayed here or listed
 below with the reason it is not: it needs hardware, kernel or cluster machinery a test of the
-policy cannot stand in for. (The README's topology-aware section shows this list.)"""
+policy cannot stand in for. (docs/policies.md, topology-aware, shows this list.)"""
 
 from __future__ import annotations
 
@@ -66,10 +66,10 @@ def test_every_upstream_scenario_is_replayed_or_listed() -> None:
     assert both == []
 
 
-def readme_not_replayed() -> set[str]:
-    """The scenarios of the README's "Not replayed" table (a row may name several, the later
+def page_not_replayed() -> set[str]:
+    """The scenarios of docs/policies.md's "Not replayed" table (a row may name several, the later
     ones without their topology: ``n4c16/test17-..., test19-...``)."""
-    text = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "docs" / "policies.md").read_text()
     table = text.split("Not replayed (a test keeps this table", 1)[1].split("\n\n", 2)[1]
     names: set[str] = set()
     for row in table.splitlines()[2:]:
@@ -81,5 +81,5 @@ def readme_not_replayed() -> set[str]:
     return names
 
 
-def test_the_readme_lists_exactly_the_scenarios_not_replayed() -> None:
-    assert readme_not_replayed() == set(NOT_REPLAYED)
+def test_the_policies_page_lists_exactly_the_scenarios_not_replayed() -> None:
+    assert page_not_replayed() == set(NOT_REPLAYED)

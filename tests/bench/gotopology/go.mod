@@ -1,0 +1,5 @@
+module github.com/containers/nri-plugins/pkg/topology
+
+go 1.22
+
+require golang.org/x/sys v0.18.0

@@ -1,0 +1,167 @@
+"""Stateful property test of grouped mode (issue 33 item 1): what the scheduler believes free
+in a group never exceeds what Prepare can give, whatever native containers do.
+
+The scheduler is modelled as KEP-5075 says it works: a group device's capacity is fixed at
+what was published; an allocation consumes a whole number of CPUs of one group; the sum
+consumed in a group never exceeds its capacity. Every allocation the scheduler could make
+(``count`` <= capacity - consumed) must then be prepared, through the policy calls Prepare
+makes (``pick_claim_cpus`` + ``claim_cpus``), while native Guaranteed, Burstable and
+BestEffort containers come and go, claim containers bind, and the runtime re-synchronizes.
+
+Invariants after every step:
+1. per group, the CPUs Prepare could still pick == published capacity - consumed;
+2. no container that is not bound to a claim runs on a grouped CPU (exclusive or shared);
+3. claimed CPUs lie in the grouped CPUs, one claim per CPU, each claim inside its group;
+4. a bound container runs on exactly its claim's CPUs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from pathlib import Path
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from nri_resmgr.config.models import DraConfig
+from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.resmgr.model import ClaimGrant, Container, Device
+from nri_resmgr.resmgr.policy import PolicyEnv
+from tests.dra.claim_setup import with_claim_env
+from tests.policies.workload import Runtime, besteffort, burstable, guaranteed, topology_spec
+from tests.sysfs.fakesys import N4C16, write_sysfs
+
+_ROOT = Path(tempfile.mkdtemp(prefix="grouped-sm-"))
+write_sysfs(_ROOT, N4C16)
+_uids = itertools.count(1)
+
+
+class GroupedClaims(RuleBasedStateMachine):
+    @initialize(grouped=st.sampled_from(["4-15", "8-15", "5-7,12-14"]),
+                by=st.sampled_from(["numanode", "socket"]))  # fmt: skip
+    def start(self, grouped: str, by: str) -> None:
+        dra = DraConfig(enabled=True, cpu_device_mode="grouped", group_by=by, grouped_cpus=grouped)  # type: ignore[arg-type]
+        self.spec = topology_spec(dra=dra)
+        self.policy = TopologyAwarePolicy()
+        self.policy.setup(self.spec, PolicyEnv(host_root=str(_ROOT)))
+        self.runtime = Runtime(self.policy)
+        self.grouped = CpuSet.parse(grouped)
+        self.devices: dict[str, Device] = {d.name: d for d in self.policy.dra_devices()}
+        self.consumed: dict[str, dict[str, int]] = {name: {} for name in self.devices}
+        """The scheduler's view: group -> claim UID -> CPUs consumed."""
+        self.claims: dict[str, ClaimGrant] = {}
+        self.bound: dict[str, str] = {}  # container id -> claim UID
+        self.natives: list[Container] = []
+
+    def free_in_scheduler(self, group: str) -> int:
+        return self.devices[group].capacity["cpu"] - sum(self.consumed[group].values())
+
+    # -- the scheduler allocates, kubelet prepares -------------------------------------------
+
+    @rule(data=st.data())
+    def allocate_and_prepare(self, data: st.DataObject) -> None:
+        group = data.draw(st.sampled_from(sorted(self.devices)))
+        free = self.free_in_scheduler(group)
+        if free == 0:
+            return  # the scheduler allocates nothing here
+        count = data.draw(st.integers(1, free))
+        uid = f"00000000-0000-4000-8000-{next(_uids):012d}"
+        group_cpus = CpuSet(self.devices[group].cpus)
+        # Prepare: must succeed for anything the scheduler allocated.
+        cpus = self.policy.pick_claim_cpus([(group_cpus, count)])
+        grant = ClaimGrant(uid, "default", cpus, f"{uid[-12:]:0>32}", f"x/cpu={uid}", grouped=True)
+        self.runtime.apply(self.policy.claim_cpus(grant))
+        self.consumed[group][uid] = count
+        self.claims[uid] = grant
+
+    @precondition(lambda self: self.claims)
+    @rule(data=st.data())
+    def unprepare(self, data: st.DataObject) -> None:
+        uid = data.draw(st.sampled_from(sorted(self.claims)))
+        for cid in [cid for cid, u in self.bound.items() if u == uid]:
+            self.runtime.remove(self.runtime.containers[cid])
+            del self.bound[cid]
+        self.runtime.apply(self.policy.release_claim(uid))
+        del self.claims[uid]
+        for per_group in self.consumed.values():
+            per_group.pop(uid, None)
+
+    @precondition(lambda self: self.claims)
+    @rule(data=st.data())
+    def start_a_claim_container(self, data: st.DataObject) -> None:
+        grant = self.claims[data.draw(st.sampled_from(sorted(self.claims)))]
+        pod, c = besteffort(f"app{next(_uids)}")
+        c = with_claim_env(c, grant.uid, str(grant.cpus), key=grant.key)
+        self.runtime.create((pod, c))
+        self.bound[c.id] = grant.uid
+
+    # -- native containers -------------------------------------------------------------------
+
+    @rule(kind=st.sampled_from(["guaranteed", "burstable", "besteffort"]),
+          milli=st.integers(100, 3000))  # fmt: skip
+    def start_a_native_container(self, kind: str, milli: int) -> None:
+        name = f"n{next(_uids)}"
+        pc = {
+            "guaranteed": lambda: guaranteed(name, milli // 1000 * 1000 or 1000),
+            "burstable": lambda: burstable(name, milli, 2 * milli),
+            "besteffort": lambda: besteffort(name),
+        }[kind]()
+        try:
+            self.natives.append(self.runtime.create(pc))
+        except Exception as e:  # a full node refuses a native container; never a claim's
+            assert "grouped" not in str(e)
+
+    @precondition(lambda self: self.natives)
+    @rule(data=st.data())
+    def stop_a_native_container(self, data: st.DataObject) -> None:
+        c = self.natives.pop(data.draw(st.integers(0, len(self.natives) - 1)))
+        self.runtime.remove(c)
+
+    @rule()
+    def resynchronize(self) -> None:
+        pods, containers = self.runtime.reported()
+        self.runtime.apply(self.policy.synchronize(pods, containers))
+
+    # -- invariants --------------------------------------------------------------------------
+
+    @invariant()
+    def prepare_can_give_what_the_scheduler_believes_free(self) -> None:
+        claimed = CpuSet.union_all(g.cpus for g in self.claims.values())
+        for name, device in self.devices.items():
+            pickable = CpuSet(device.cpus) - claimed
+            assert len(pickable) == self.free_in_scheduler(name), name
+
+    @invariant()
+    def only_bound_containers_run_on_grouped_cpus(self) -> None:
+        for cid, text in self.runtime.cpus.items():
+            if cid not in self.bound and text:
+                assert CpuSet.parse(text).isdisjoint(self.grouped), (cid, text)
+
+    @invariant()
+    def claims_stay_in_their_groups_and_apart(self) -> None:
+        seen = CpuSet()
+        for uid, grant in self.claims.items():
+            assert grant.cpus.issubset(self.grouped)
+            assert grant.cpus.isdisjoint(seen)
+            seen = seen | grant.cpus
+            [group] = [g for g, per in self.consumed.items() if uid in per]
+            assert grant.cpus.issubset(CpuSet(self.devices[group].cpus))
+            assert len(grant.cpus) == self.consumed[group][uid]
+        assert self.policy.claims.cpus() == {u: g.cpus for u, g in self.claims.items()}
+
+    @invariant()
+    def bound_containers_run_on_their_claims_cpus(self) -> None:
+        for cid, uid in self.bound.items():
+            assert CpuSet.parse(self.runtime.cpus[cid] or "") == self.claims[uid].cpus
+
+
+TestGroupedClaims = GroupedClaims.TestCase
+TestGroupedClaims.settings = settings(
+    max_examples=40,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
