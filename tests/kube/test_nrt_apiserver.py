@@ -33,6 +33,9 @@ class PolicySource:
     def zones(self) -> tuple[str, list[Any]]:
         return self.policy.name, self.policy.topology_zones()
 
+    def attributes(self) -> list[tuple[str, str]]:
+        return self.policy.topology_attributes()
+
     def enabled(self) -> bool:
         return self.on
 
@@ -75,10 +78,17 @@ async def test_the_nrt_object_has_a_zone_per_pool_and_follows_allocations(
     assert await exporter.publish()
     obj = await client.get(NODE_RESOURCE_TOPOLOGIES, "nrt-node-1")
     print(json.dumps({k: obj[k] for k in ("apiVersion", "kind", "attributes", "zones")}, indent=1))
-    assert obj["attributes"] == [{"name": "TopologyPolicy", "value": "topology-aware"}]
+    assert obj["attributes"] == [
+        {"name": "TopologyPolicy", "value": "topology-aware"},
+        {"name": "topologyManagerPolicy", "value": "single-numa-node"},
+        {"name": "topologyManagerScope", "value": "container"},
+    ]
     zones = by_name(obj)
     assert list(zones) == ["root", "socket #0", "NUMA node #0", "NUMA node #1", "socket #1",
-                           "NUMA node #2", "NUMA node #3"]  # fmt: skip
+                           "NUMA node #2", "NUMA node #3",
+                           "node-0", "node-1", "node-2", "node-3"]  # fmt: skip
+    assert zones["node-2"]["type"] == "Node"
+    assert zones["node-2"]["costs"][2] == {"name": "node-2", "value": 10}
     numa2 = zones["NUMA node #2"]
     assert (numa2["type"], numa2["parent"]) == ("numa node", "socket #1")
     assert resource(numa2, "cpu") == {
@@ -121,7 +131,7 @@ async def test_a_missing_nrt_object_is_created_again(client: KubeClient, tmp_pat
     pod, ctr = guaranteed("g", 1000)
     policy.create_container(pod, ctr)
     assert await exporter.publish()
-    assert len((await client.get(NODE_RESOURCE_TOPOLOGIES, "nrt-node-2"))["zones"]) == 7
+    assert len((await client.get(NODE_RESOURCE_TOPOLOGIES, "nrt-node-2"))["zones"]) == 7 + 4
 
 
 async def test_an_object_another_writer_left_is_taken_over_in_one_request(
@@ -139,8 +149,9 @@ async def test_an_object_another_writer_left_is_taken_over_in_one_request(
     assert await exporter.publish()
     assert counted.calls == ["patch"]
     obj = await client.get(NODE_RESOURCE_TOPOLOGIES, "nrt-node-3")
-    assert obj["attributes"] == [{"name": "TopologyPolicy", "value": "topology-aware"}]
-    assert len(obj["zones"]) == 7
+    assert obj["attributes"][0] == {"name": "TopologyPolicy", "value": "topology-aware"}
+    assert len(obj["attributes"]) == 3
+    assert len(obj["zones"]) == 7 + 4
     managers = {m["manager"] for m in obj["metadata"]["managedFields"]}
     assert "nri-resmgr" in managers
 
