@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,13 +11,12 @@ import pytest
 import trio
 
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.kube import AlreadyExists, KubeClient, NotFound
-from nri_resmgr.kube.resources import CUSTOM_RESOURCE_DEFINITIONS
+from nri_resmgr.kube import KubeClient, NotFound
 from nri_resmgr.observability.nrt import NODE_RESOURCE_TOPOLOGIES, NrtExporter
 from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import Policy
 from tests.kube.apiserver import ApiServer
-from tests.kube.nrt_crd import nrt_crd
+from tests.kube.nrt_crd import install_nrt_crd
 from tests.policies.workload import guaranteed, start, topology_spec
 from tests.sysfs.fakesys import N4C16
 
@@ -43,16 +41,7 @@ class PolicySource:
 @pytest.fixture
 async def client(apiserver: ApiServer) -> AsyncIterator[KubeClient]:
     async with KubeClient(apiserver.config()) as kube:
-        crd = nrt_crd()
-        with contextlib.suppress(AlreadyExists):
-            await kube.create(CUSTOM_RESOURCE_DEFINITIONS, crd)
-        with trio.fail_after(60):
-            while True:
-                got = await kube.get(CUSTOM_RESOURCE_DEFINITIONS, crd["metadata"]["name"])
-                conditions = (got.get("status") or {}).get("conditions") or []
-                if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                    break
-                await trio.sleep(0.1)
+        await install_nrt_crd(kube)
         yield kube
 
 
