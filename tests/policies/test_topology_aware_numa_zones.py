@@ -25,7 +25,7 @@ from tests.policies.workload import (
     start,
     topology_spec,
 )
-from tests.sysfs.fakesys import N4C16, N4C16_ISOLATED, ONE_SOCKET_4CPU, Layout
+from tests.sysfs.fakesys import N4C16, N4C16_ISOLATED, N6_HBM_CXL, ONE_SOCKET_4CPU, Layout
 
 
 def policy(tmp: Path, layout: Layout = N4C16, **kw: str) -> TopologyAwarePolicy:
@@ -75,6 +75,20 @@ def test_one_numa_node_is_one_zone_through_the_root_pool(tmp_path: Path) -> None
     # The root pool keeps one shared CPU whatever its load: 2 of the 3 can go exclusive.
     assert {n: cpu(z) for n, z in numa(p).items()} == {"node-0": ("4", "3", "2")}
     assert dict(numa(p)["node-0"].attributes)["pool"] == p.engine.pools[0].name
+
+
+def test_a_socket_that_is_one_numa_node_is_its_zone_and_cpu_less_nodes_get_none(
+    tmp_path: Path,
+) -> None:
+    # n6-hbm-cxl: two sockets of one CPU node each, and four CPU-less memory nodes.
+    p = policy(tmp_path, N6_HBM_CXL)
+    zones = numa(p)
+    assert list(zones) == ["node-0", "node-1"]
+    assert dict(zones["node-1"].attributes)["pool"] == "socket #1"
+    memory = next(r for r in zones["node-1"].resources if r.name == "memory")
+    assert memory.capacity == str(p.engine.system.nodes[1].memory)  # its own, not the HBM's
+    # The plugin reads a cost to every node it knows: the CPU-less ones are named too.
+    assert [name for name, _ in zones["node-0"].costs] == [f"node-{n}" for n in range(6)]
 
 
 def test_available_follows_grants_and_releases(tmp_path: Path) -> None:
