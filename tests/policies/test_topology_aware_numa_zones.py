@@ -6,7 +6,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_resmgr.cpus.errors import PlacementError
@@ -157,6 +157,7 @@ OPS = st.lists(
 )
 
 
+@settings(max_examples=40)  # a policy started per example: 0.2 s each here
 @given(OPS)
 def test_what_the_zones_admit_lands_in_one_numa_node(
     ops: list[tuple[str, int]],
