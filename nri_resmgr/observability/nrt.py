@@ -8,9 +8,8 @@ NUMA-aware scheduler reads (topology-aware: a ``Node`` zone per NUMA node and
 ``topologyManagerPolicy``; ``policies.topology_aware.numazones``). Written only when what it
 says changes (never on a timer), at most once per ``min_interval`` (a burst of container
 events is one write, with the last state), never deleted on shutdown (upstream leaves it
-too). Off when
-``agent.nodeResourceTopology`` is false. API failures are logged and retried with backoff;
-they never touch the NRI or DRA paths.
+too). Off when ``agent.nodeResourceTopology`` is false. API failures are logged and retried
+with backoff; they never touch the NRI or DRA paths.
 
 The top-level attributes also carry the node's configuration report (``set_report``: which
 config CR, generation and outcome; ``nri_resmgr.agent.report``), so a configuration change
