@@ -40,6 +40,8 @@ class TopologyZone:
     parent: str = ""
     resources: tuple[ZoneResource, ...] = ()
     attributes: tuple[tuple[str, str], ...] = ()
+    costs: tuple[tuple[str, int], ...] = ()
+    """(zone name, distance): the API's CostList, for NUMA zones."""
 
 
 class GaugeSource(Protocol):

@@ -3,11 +3,13 @@
 As nri-plugins' agent does (``pkg/agent/node-resource-topology.go``): one cluster-scoped
 object named after the node, attribute ``TopologyPolicy`` = the policy's name, one zone per
 policy zone (topology-aware: every pool; balloons: every balloon) with ``cpu`` and ``memory``
-capacity/allocatable/available. Written only when what it says changes (never on a timer),
-at most once per ``min_interval`` (a burst of container events is one write, with the last
-state), never deleted on shutdown (upstream leaves it too). Off when
-``agent.nodeResourceTopology`` is false. API failures are logged and retried with backoff;
-they never touch the NRI or DRA paths.
+capacity/allocatable/available. Beyond upstream, a policy may add zones and attributes a
+NUMA-aware scheduler reads (topology-aware: a ``Node`` zone per NUMA node and
+``topologyManagerPolicy``; ``policies.topology_aware.numazones``). Written only when what it
+says changes (never on a timer), at most once per ``min_interval`` (a burst of container
+events is one write, with the last state), never deleted on shutdown (upstream leaves it
+too). Off when ``agent.nodeResourceTopology`` is false. API failures are logged and retried
+with backoff; they never touch the NRI or DRA paths.
 
 The top-level attributes also carry the node's configuration report (``set_report``: which
 config CR, generation and outcome; ``nri_resmgr.agent.report``), so a configuration change
@@ -67,15 +69,21 @@ class Source(Protocol):
     def zones(self) -> tuple[str, list[TopologyZone]]:
         """The policy's name and its zones, as of now."""
 
+    def attributes(self) -> Sequence[tuple[str, str]]:
+        """The policy's own object attributes (``topologyManagerPolicy``...), as of now."""
+
     def enabled(self) -> bool:
         """agent.nodeResourceTopology of the configuration in force."""
 
 
 def nrt_body(
-    policy: str, zones: Sequence[TopologyZone], report: Sequence[tuple[str, str]] = ()
+    policy: str,
+    zones: Sequence[TopologyZone],
+    report: Sequence[tuple[str, str]] = (),
+    policy_attributes: Sequence[tuple[str, str]] = (),
 ) -> KubeObject:
     """The object's content (without metadata): what is compared and written."""
-    attributes = [("TopologyPolicy", policy), *report]
+    attributes = [("TopologyPolicy", policy), *policy_attributes, *report]
     return {
         "attributes": [{"name": k, "value": v} for k, v in attributes],
         "zones": [_zone(z) for z in zones],
@@ -91,6 +99,8 @@ def _zone(z: TopologyZone) -> dict[str, Any]:
          "available": r.available}
         for r in z.resources
     ]  # fmt: skip
+    if z.costs:
+        out["costs"] = [{"name": k, "value": v} for k, v in z.costs]
     if z.attributes:
         out["attributes"] = [{"name": k, "value": v} for k, v in z.attributes]
     return out
@@ -191,7 +201,7 @@ class NrtExporter:
         policy, zones = self._source.zones()
         if not zones:
             return False
-        body = nrt_body(policy, zones, self._report)
+        body = nrt_body(policy, zones, self._report, self._source.attributes())
         if body == self._published:
             return False
         obj: KubeObject = {

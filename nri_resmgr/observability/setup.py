@@ -104,6 +104,9 @@ class ManagerSource:
     def zones(self) -> tuple[str, list[TopologyZone]]:
         return self._manager.policy.name, self._manager.policy.topology_zones()
 
+    def attributes(self) -> list[tuple[str, str]]:
+        return self._manager.policy.topology_attributes()
+
     def enabled(self) -> bool:
         return self._manager.spec.agent.node_resource_topology
 

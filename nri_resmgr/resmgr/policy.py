@@ -106,6 +106,9 @@ class Policy(Protocol):
     def topology_zones(self) -> list[TopologyZone]:
         """The zones of the node's NodeResourceTopology object; empty: nothing to export."""
 
+    def topology_attributes(self) -> list[tuple[str, str]]:
+        """Attributes of that object the policy sets (a scheduler's ``topologyManagerPolicy``)."""
+
 
 class PolicyBase:
     """No-op implementations of every hook, so a policy overrides only what it needs."""
@@ -174,4 +177,7 @@ class PolicyBase:
         return []
 
     def topology_zones(self) -> list[TopologyZone]:
+        return []
+
+    def topology_attributes(self) -> list[tuple[str, str]]:
         return []

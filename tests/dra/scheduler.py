@@ -46,11 +46,14 @@ class Scheduler:
     binary: Path
     log: Path
     port: int = attrs.field(factory=free_port)
+    extra_args: tuple[str, ...] = ()
+    """More flags, e.g. ``--config`` (which then wins over ``--kubeconfig``)."""
     _proc: subprocess.Popen[bytes] | None = None
 
     def start(self, kubeconfig: Path) -> None:
         argv = [str(self.binary), f"--kubeconfig={kubeconfig}", "--leader-elect=false",
-                "--bind-address=127.0.0.1", f"--secure-port={self.port}", "-v=2"]  # fmt: skip
+                "--bind-address=127.0.0.1", f"--secure-port={self.port}", "-v=2",
+                *self.extra_args]  # fmt: skip
         with self.log.open("ab") as out:
             self._proc = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL

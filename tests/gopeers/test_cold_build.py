@@ -21,6 +21,7 @@ from tests.dra.kubeletbuild import ensure_peer
 from tests.dra.schedulerbuild import ensure_scheduler
 from tests.helm.helmbuild import ensure_helm
 from tests.kube.gobuild import ensure_binaries
+from tests.kube.nrtschedbuild import ensure_nrt_scheduler
 from tests.node.payload import CONTAINERD_VERSION
 from tests.runtime.build import ensure_containerd, ensure_legacy_containerd
 
@@ -32,6 +33,7 @@ BUILDERS: dict[str, Callable[[], object]] = {
     "helm": ensure_helm,
     "kubelet plugin and DRA managers": ensure_peer,
     "kube-scheduler": ensure_scheduler,
+    "kube-scheduler with scheduler-plugins' NodeResourceTopologyMatch": ensure_nrt_scheduler,
     "containerd v2.2.9 and crictl (host suite)": ensure_containerd,
     "containerd v1.7 (NRI v0.6)": ensure_legacy_containerd,
     f"containerd {CONTAINERD_VERSION} and crictl (node guest)": partial(

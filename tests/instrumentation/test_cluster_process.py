@@ -104,11 +104,16 @@ async def test_the_daemon_exports_its_nrt_and_reports_a_busy_port_in_the_cr_stat
         # The node's config report rides on its NRT, in its first write (docs/fleet.md).
         assert obj["attributes"] == [
             {"name": "TopologyPolicy", "value": "topology-aware"},
+            {"name": "topologyManagerPolicy", "value": "single-numa-node"},
+            {"name": "topologyManagerScope", "value": "container"},
             {"name": "nri-resmgr.io/config", "value": f"TopologyAwarePolicy {ns}/default"},
             {"name": "nri-resmgr.io/config-generation", "value": "1"},
             {"name": "nri-resmgr.io/config-status", "value": "Success"},
         ]
         assert [z["name"] for z in obj["zones"]][:2] == ["root", "socket #0"]
+        assert [z["name"] for z in obj["zones"] if z["type"] == "Node"] == [
+            f"node-{n}" for n in range(4)
+        ]
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=GUARD) as http:
             ready = await until(lambda: http.get("/readyz"))
             # No runtime to register with: alive, not ready, and saying why.

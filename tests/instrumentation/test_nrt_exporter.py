@@ -49,6 +49,9 @@ class Zones:
         cpu = ZoneResource("cpu", "4", "4", str(self.available))
         return "topology-aware", [TopologyZone("NUMA node #0", "numa node", resources=(cpu,))]
 
+    def attributes(self) -> list[tuple[str, str]]:
+        return []
+
     def enabled(self) -> bool:
         return True
 

@@ -3,6 +3,7 @@ time with ``go mod download`` into Go's module cache (never committed)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -10,8 +11,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import trio
 import yaml
 
+from nri_resmgr.kube import AlreadyExists, KubeClient
+from nri_resmgr.kube.resources import CUSTOM_RESOURCE_DEFINITIONS
 from tests.kube.gobuild import BuildError, cache_dir
 
 NRT_MODULE = "github.com/k8stopologyawareschedwg/noderesourcetopology-api"
@@ -36,3 +40,17 @@ def nrt_crd() -> dict[str, Any]:
     path = Path(json.loads(proc.stdout)["Dir"]) / "manifests" / "crd.yaml"
     crd: dict[str, Any] = yaml.safe_load(path.read_text())
     return crd
+
+
+async def install_nrt_crd(kube: KubeClient) -> None:
+    """Creates the CRD (once per apiserver) and returns when the API serves it."""
+    crd = nrt_crd()
+    with contextlib.suppress(AlreadyExists):
+        await kube.create(CUSTOM_RESOURCE_DEFINITIONS, crd)
+    with trio.fail_after(60):
+        while True:
+            got = await kube.get(CUSTOM_RESOURCE_DEFINITIONS, crd["metadata"]["name"])
+            conditions = (got.get("status") or {}).get("conditions") or []
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                return
+            await trio.sleep(0.1)

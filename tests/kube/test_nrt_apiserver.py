@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,13 +11,12 @@ import pytest
 import trio
 
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.kube import AlreadyExists, KubeClient, NotFound
-from nri_resmgr.kube.resources import CUSTOM_RESOURCE_DEFINITIONS
+from nri_resmgr.kube import KubeClient, NotFound
 from nri_resmgr.observability.nrt import NODE_RESOURCE_TOPOLOGIES, NrtExporter
 from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.policy import Policy
 from tests.kube.apiserver import ApiServer
-from tests.kube.nrt_crd import nrt_crd
+from tests.kube.nrt_crd import install_nrt_crd
 from tests.policies.workload import guaranteed, start, topology_spec
 from tests.sysfs.fakesys import N4C16
 
@@ -33,6 +31,9 @@ class PolicySource:
     def zones(self) -> tuple[str, list[Any]]:
         return self.policy.name, self.policy.topology_zones()
 
+    def attributes(self) -> list[tuple[str, str]]:
+        return self.policy.topology_attributes()
+
     def enabled(self) -> bool:
         return self.on
 
@@ -40,16 +41,7 @@ class PolicySource:
 @pytest.fixture
 async def client(apiserver: ApiServer) -> AsyncIterator[KubeClient]:
     async with KubeClient(apiserver.config()) as kube:
-        crd = nrt_crd()
-        with contextlib.suppress(AlreadyExists):
-            await kube.create(CUSTOM_RESOURCE_DEFINITIONS, crd)
-        with trio.fail_after(60):
-            while True:
-                got = await kube.get(CUSTOM_RESOURCE_DEFINITIONS, crd["metadata"]["name"])
-                conditions = (got.get("status") or {}).get("conditions") or []
-                if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                    break
-                await trio.sleep(0.1)
+        await install_nrt_crd(kube)
         yield kube
 
 
@@ -75,10 +67,17 @@ async def test_the_nrt_object_has_a_zone_per_pool_and_follows_allocations(
     assert await exporter.publish()
     obj = await client.get(NODE_RESOURCE_TOPOLOGIES, "nrt-node-1")
     print(json.dumps({k: obj[k] for k in ("apiVersion", "kind", "attributes", "zones")}, indent=1))
-    assert obj["attributes"] == [{"name": "TopologyPolicy", "value": "topology-aware"}]
+    assert obj["attributes"] == [
+        {"name": "TopologyPolicy", "value": "topology-aware"},
+        {"name": "topologyManagerPolicy", "value": "single-numa-node"},
+        {"name": "topologyManagerScope", "value": "container"},
+    ]
     zones = by_name(obj)
     assert list(zones) == ["root", "socket #0", "NUMA node #0", "NUMA node #1", "socket #1",
-                           "NUMA node #2", "NUMA node #3"]  # fmt: skip
+                           "NUMA node #2", "NUMA node #3",
+                           "node-0", "node-1", "node-2", "node-3"]  # fmt: skip
+    assert zones["node-2"]["type"] == "Node"
+    assert zones["node-2"]["costs"][2] == {"name": "node-2", "value": 10}
     numa2 = zones["NUMA node #2"]
     assert (numa2["type"], numa2["parent"]) == ("numa node", "socket #1")
     assert resource(numa2, "cpu") == {
@@ -121,7 +120,7 @@ async def test_a_missing_nrt_object_is_created_again(client: KubeClient, tmp_pat
     pod, ctr = guaranteed("g", 1000)
     policy.create_container(pod, ctr)
     assert await exporter.publish()
-    assert len((await client.get(NODE_RESOURCE_TOPOLOGIES, "nrt-node-2"))["zones"]) == 7
+    assert len((await client.get(NODE_RESOURCE_TOPOLOGIES, "nrt-node-2"))["zones"]) == 7 + 4
 
 
 async def test_an_object_another_writer_left_is_taken_over_in_one_request(
@@ -139,8 +138,9 @@ async def test_an_object_another_writer_left_is_taken_over_in_one_request(
     assert await exporter.publish()
     assert counted.calls == ["patch"]
     obj = await client.get(NODE_RESOURCE_TOPOLOGIES, "nrt-node-3")
-    assert obj["attributes"] == [{"name": "TopologyPolicy", "value": "topology-aware"}]
-    assert len(obj["zones"]) == 7
+    assert obj["attributes"][0] == {"name": "TopologyPolicy", "value": "topology-aware"}
+    assert len(obj["attributes"]) == 3
+    assert len(obj["zones"]) == 7 + 4
     managers = {m["manager"] for m in obj["metadata"]["managedFields"]}
     assert "nri-resmgr" in managers
 

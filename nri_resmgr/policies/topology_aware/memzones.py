@@ -171,6 +171,13 @@ class MemoryAllocator:
     def free(self, zone: int) -> int:
         return self.capacity(zone) - self.usage(zone)
 
+    def room(self, mems: CpuSet) -> int:
+        """The most bytes a new request assigned to ``mems`` could hold without moving
+        another request out: what ``_fits`` allows (the zone and every zone containing it)."""
+        zone = self._mask_of(mems)
+        wider = (self.free(z) for z in self._zones if z & zone == zone)
+        return max(0, min([self.free(zone), *wider])) if zone else 0
+
     # -- offers and allocations -----------------------------------------------------------
 
     def offer(self, cid: str, mems: CpuSet, want: MemoryWant) -> Offer | None:

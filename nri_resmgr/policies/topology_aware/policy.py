@@ -21,7 +21,7 @@ from nri_resmgr.policies.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.policies.cpu_devices import cpu_devices, group_devices
 from nri_resmgr.policies.hardware import HardwarePolicy, reported_cpuset
 from nri_resmgr.policies.requests import container_request
-from nri_resmgr.policies.topology_aware import exports
+from nri_resmgr.policies.topology_aware import exports, numazones
 from nri_resmgr.policies.topology_aware.claims import ClaimBook, is_claim_entry
 from nri_resmgr.policies.topology_aware.engine import Engine
 from nri_resmgr.policies.topology_aware.keys import NOT_APPLIED, NOT_APPLIED_ANNOTATIONS
@@ -366,7 +366,15 @@ class TopologyAwarePolicy(HardwarePolicy):
         return exports.gauges(self.engine) if self._engine else []
 
     def topology_zones(self) -> list[TopologyZone]:
-        return exports.zones(self.engine) if self._engine else []
+        if not self._engine:
+            return []
+        return exports.zones(self.engine) + numazones.numa_zones(self.engine)
+
+    def topology_attributes(self) -> list[tuple[str, str]]:
+        """The scheduler's policy attributes, when there are NUMA zones to apply them to."""
+        if self._engine and numazones.numa_pools(self.engine):
+            return list(numazones.POLICY_ATTRIBUTES)
+        return []
 
 
 def merge_updates(updates: Sequence[Update]) -> list[Update]:

@@ -24,6 +24,7 @@ __all__ = [
     "Preferences",
     "Want",
     "check_required_isolation",
+    "plain_guaranteed",
     "preferences_of",
     "wanted",
 ]
@@ -212,6 +213,11 @@ def wanted(
     if not want.exclusive:
         return want
     return attrs.evolve(want, require_isolated=prefs.require_isolated)
+
+
+def plain_guaranteed(request: int, spec: TopologyAwareSpec) -> Want:
+    """The Want of a Guaranteed container asking ``request`` mCPU with no annotations."""
+    return _guaranteed(Preferences(), request, spec)
 
 
 def _guaranteed(prefs: Preferences, r: int, spec: TopologyAwareSpec) -> Want:

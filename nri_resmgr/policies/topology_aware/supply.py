@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -233,6 +233,22 @@ class Supply:
         if want.exclusive and not isolated:
             free += 1000 * want.exclusive
         return Candidate(pool, isolated, remaining * 1000 - load - shared_part, free, source)
+
+    def most_cpus(self, pool: int, want_of: Callable[[int], Want], most: int) -> int:
+        """The largest n <= ``most`` whose ``want_of(n)`` fits in ``pool`` now (0 if none):
+        what a new container could still get there (the NodeResourceTopology NUMA zones'
+        ``available``). A binary search: ``want_of`` must ask more as n grows, so that a grant
+        that fits still fits with a CPU fewer (``fit``'s conditions all loosen)."""
+        taken = self._grants.exclusive_cpus()
+        usage = self.usage()
+        low, high = 0, most
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.fit(pool, want_of(mid), usage, taken) is None:
+                high = mid - 1
+            else:
+                low = mid
+        return low
 
     def _ancestors_keep(
         self, pool: int, count: int, extra: int, usage: dict[int, PoolLoad], taken: CpuSet
