@@ -38,7 +38,7 @@ from nri_resmgr.dra.kubeletplugin import (
     PreparedDevice,
     PrepareResult,
 )
-from nri_resmgr.dra.kubeletplugin.devices import AttributeValue, Capacity, RequestPolicy
+from nri_resmgr.dra.kubeletplugin.devices import Capacity, MetadataValue, RequestPolicy
 from nri_resmgr.errors import ResmgrError
 from nri_resmgr.resmgr import model
 from nri_resmgr.resmgr.policy import ClaimError, Policy
@@ -338,7 +338,7 @@ class CpuDriver:
                 requests=(r.request,) if r.request else (),
                 cdi_ids=(cdi_id,),
                 share_id=shares.get(r.device),
-                metadata=_metadata(devices.get(r.device)),
+                metadata=_metadata(devices.get(r.device), record.cpus),
             )
             for r in record.results
         )
@@ -368,12 +368,24 @@ def _check_same_allocation(ref: ClaimRef, record: ClaimRecord, allocated: Alloca
         )
 
 
-def _metadata(device: model.Device | None) -> dict[str, AttributeValue] | None:
+ALLOCATED_NUM_CPUS = "allocatedNumCPUs"
+"""dra-driver-cpu's metadata-only attribute of a grouped device: the claim's CPUs in it."""
+ALLOCATED_CPUS = "allocatedCPUs"
+"""Ours, beside it: their Linux CPU ids (a list of numbers), so the workload knows which."""
+
+
+def _metadata(device: model.Device | None, claimed: CpuSet) -> dict[str, MetadataValue] | None:
     """The attributes a workload reads from its device metadata file: the slice's, with
-    unqualified names as the slice files them."""
+    unqualified names as the slice files them. A per-CPU device names its CPU (``cpuID``); a
+    grouped device gets the CPUs Prepare picked in the group (two results on one group, the
+    claim's CPUs there for both)."""
     if device is None:
         return None
-    return dict(device.attributes)
+    out: dict[str, MetadataValue] = dict(device.attributes)
+    if device.shared:
+        mine = sorted(claimed & CpuSet(device.cpus))
+        out |= {ALLOCATED_NUM_CPUS: len(mine), ALLOCATED_CPUS: tuple(mine)}
+    return out
 
 
 def _describe(record: ClaimRecord) -> str:
