@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,6 @@ import trio
 from nri_resmgr.dra.kubeletplugin.publisher import resource_slices
 from nri_resmgr.kube import AlreadyExists, KubeClient
 from nri_resmgr.kube.resources import (
-    CUSTOM_RESOURCE_DEFINITIONS,
     NAMESPACES,
     NODES,
     PODS,
@@ -46,11 +43,13 @@ from nri_resmgr.kube.resources import (
 )
 from nri_resmgr.sim.synthetic import N4C16, write_sysfs
 from tests.dra import chain
-from tests.dra.kubelet_peer import KubeletPeer, kubelet_peer, peer_binary
+from tests.dra.kubelet_peer import KubeletPeer, kubelet_peer
 from tests.dra.metadata_stream import VERSIONS, attributes, newest
 from tests.dra.metadatabuild import BuildError, ensure_reader
 from tests.dra.scheduler import Scheduler, schedulable_node
 from tests.dra.test_grouped_scheduler import apiserver137, capacity_claim, scheduler137
+from tests.dra.test_kubelet_real import kubelet_binary, node_dirs
+from tests.instrumentation.test_cluster_process import established
 from tests.kube.apiserver import ApiServer
 from tests.peers import missing_peer
 from tests.runtime.containerd import Containerd, wait_for
@@ -58,7 +57,7 @@ from tests.runtime.cri import GUARANTEED_1CPU, Container, Cri, placement
 from tests.runtime.daemon import Daemon
 from tools.crdschema import crd
 
-__all__ = ["apiserver137", "scheduler137"]  # fixtures
+__all__ = ["apiserver137", "kubelet_binary", "node_dirs", "scheduler137"]  # fixtures
 
 pytestmark = pytest.mark.integration
 
@@ -75,21 +74,6 @@ def reader() -> Path:
         return ensure_reader()
     except BuildError as exc:
         missing_peer(f"dra-metadata-reader cannot be built here: {exc}")
-
-
-@pytest.fixture(scope="module")
-def kubelet_binary() -> Path:
-    return peer_binary()
-
-
-@pytest.fixture
-def node_dir() -> Iterator[Path]:
-    # Unix socket paths must stay short; pytest's tmp_path may be too long.
-    root = Path(tempfile.mkdtemp(prefix="dmeta-"))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @attrs.define
@@ -116,12 +100,12 @@ async def node(
     scheduler137: Scheduler,
     containerd: Containerd,
     kubelet_binary: Path,
-    node_dir: Path,
+    node_dirs: Path,
 ) -> AsyncIterator[Node]:
     """The cluster objects, kubelet and our daemon (DRA on, mode ``request.param``), the
     daemon registered with containerd's NRI and kubelet, its slice published."""
     async with KubeClient(apiserver137.config()) as client:
-        await install_crd(client)
+        await established(client, crd("TopologyAwarePolicy"))
         suffix = uuid.uuid4().hex[:6]
         ns, name = f"dmeta-{suffix}", f"dmeta-node-{suffix}"
         await client.create(NAMESPACES, {"metadata": {"name": ns}})
@@ -132,43 +116,29 @@ async def node(
         await schedulable_node(client, name)
         with contextlib.suppress(AlreadyExists):
             await client.create(chain.DEVICE_CLASSES, chain.device_class(DRIVER))
-        registry = node_dir / "registry"
+        registry = node_dirs / "registry"
         registry.mkdir()
         args = ("--kubeconfig", str(apiserver137.kubeconfig), "--config-namespace", ns,
-                "--policy", "topology-aware", "--host-root", str(write_sysfs(node_dir, N4C16)),
-                "--kubelet-plugins-dir", str(node_dir / "plugins"),
+                "--policy", "topology-aware", "--host-root", str(write_sysfs(node_dirs, N4C16)),
+                "--kubelet-plugins-dir", str(node_dirs / "plugins"),
                 "--kubelet-registry-dir", str(registry), "--cdi-dir", str(containerd.cdi_dir),
-                "--dra-state-dir", str(node_dir / "state"))  # fmt: skip
-        daemon = Daemon(containerd, node_dir, None, args, env={"NODE_NAME": name})
+                "--dra-state-dir", str(node_dirs / "state"))  # fmt: skip
+        daemon = Daemon(containerd, node_dirs, None, args, env={"NODE_NAME": name})
         daemon.env.pop("KUBECONFIG", None)
         async with kubelet_peer(kubelet_binary, kubeconfig=apiserver137.kubeconfig, node=name,
-                                registry=registry, state=node_dir / "kubelet-state",
-                                log=node_dir / "kubelet.log") as kubelet:  # fmt: skip
+                                registry=registry, state=node_dirs / "kubelet-state",
+                                log=node_dirs / "kubelet.log") as kubelet:  # fmt: skip
             daemon.start()
             try:
                 await kubelet.wait_plugin(DRIVER, timeout=60)
                 await published(client, name)
-                yield Node(request.param, node_dir, client, ns, name, kubelet, daemon)
+                yield Node(request.param, node_dirs, client, ns, name, kubelet, daemon)
                 assert daemon.terminate() == 0
             finally:
                 daemon.kill()
                 print(f"daemon log tail:\n{daemon.log_tail(60)}")
         # Its slice stays (no garbage collector here); without the Node nothing goes there.
         await client.delete(NODES, name)
-
-
-async def install_crd(client: KubeClient) -> None:
-    """The TopologyAwarePolicy CRD generated from the config models, once established."""
-    document = crd("TopologyAwarePolicy")
-    with contextlib.suppress(AlreadyExists):
-        await client.create(CUSTOM_RESOURCE_DEFINITIONS, document)
-    with trio.fail_after(60):
-        while True:
-            got = await client.get(CUSTOM_RESOURCE_DEFINITIONS, document["metadata"]["name"])
-            conditions = (got.get("status") or {}).get("conditions") or []
-            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                return
-            await trio.sleep(0.1)
 
 
 async def published(client: KubeClient, node: str) -> list[JSON]:
