@@ -50,7 +50,8 @@ async def test_per_cpu_claim_file_names_claim_request_driver_and_each_cpu(tmp_pa
                            "resource.kubernetes.io/numaNode": 1, "smtEnabled": True}  # fmt: skip
     # The CDI spec mounts it read-only at the documented path.
     [device] = spec["devices"]
-    assert spec["kind"] == f"{DRIVER}/metadata" and device["name"] == f"{UID}_cpus"
+    assert (spec["cdiVersion"], spec["kind"]) == ("0.5.0", f"{DRIVER}/metadata")
+    assert device["name"] == f"{UID}_cpus"
     [mount] = device["containerEdits"]["mounts"]
     assert mount == {
         "hostPath": str(node.plugin_dir / "dra-device-metadata" / f"{UID}_cpus.json"),

@@ -50,7 +50,9 @@ METADATA_GROUP = "metadata.resource.k8s.io"
 METADATA_VERSIONS = ("v1beta1", "v1alpha1")
 """Written newest first; readers take the first version they know."""
 HOST_SUBDIR = "dra-device-metadata"
-CDI_VERSION = "0.6.0"
+CDI_VERSION = "0.5.0"
+"""The least version this spec needs (a device name may start with a digit since 0.5.0), as
+the Go helper computes it: runtimes with an older CDI library still read it."""
 FILE_MODE = 0o644
 """The container's user reads it (the bind mount keeps the host file's mode)."""
 DIR_MODE = 0o755
