@@ -83,20 +83,32 @@ class Allocated:
         return bool(self.asks)
 
 
-GROUP_REQUEST_POLICY = RequestPolicy(minimum=1, step=1, default=1)
+WHOLE_CPUS_FROM = 1
+WHOLE_CPU_STEP = 1
+GROUP_REQUEST_POLICY = RequestPolicy(minimum=WHOLE_CPUS_FROM, step=WHOLE_CPU_STEP, default=1)
 """Whole CPUs: the scheduler rounds a request up to one (a fractional one up to the next
 whole CPU), and a request naming no amount consumes one."""
 
 
 def slice_device(device: model.Device) -> Device:
     """The policy's device as the slice publishes it (its CPUs stay here)."""
-    policy = GROUP_REQUEST_POLICY if device.shared else None
+    capacity = {
+        name: Capacity(v, _request_policy(device, v)) for name, v in device.capacity.items()
+    }
     return Device(
-        device.name,
-        device.attributes,
-        {name: Capacity(value, policy) for name, value in device.capacity.items()},
-        allow_multiple_allocations=device.shared,
+        device.name, device.attributes, capacity, allow_multiple_allocations=device.shared
     )
+
+
+def _request_policy(device: model.Device, value: int) -> RequestPolicy | None:
+    """Whole CPUs for a grouped device. The API server refuses a step that cannot be taken
+    once above the minimum (``min + step > capacity``, a group of one CPU): there the step
+    goes, and the only amount in range, one CPU, is whole anyway."""
+    if not device.shared:
+        return None
+    if value < WHOLE_CPUS_FROM + WHOLE_CPU_STEP:
+        return attrs.evolve(GROUP_REQUEST_POLICY, step=None)
+    return GROUP_REQUEST_POLICY
 
 
 class CpuDriver:
