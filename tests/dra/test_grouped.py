@@ -69,6 +69,22 @@ def test_one_shared_device_per_numa_node_with_its_grouped_cpus_as_capacity(
     assert body["capacity"]["cpu"]["value"] == "4"
 
 
+def test_a_group_of_one_cpu_is_published_without_a_step_the_api_server_refuses(
+    tmp_path: Path,
+) -> None:
+    # kube-apiserver 1.37 refuses min 1 + step 1 above a capacity of 1 ("one step 2 is larger
+    # than capacity value: 1"); without the step the one amount in range is still one CPU.
+    node = make_node(tmp_path, spec=grouped_spec(cpus="8"))
+    [device] = node.policy.dra_devices()
+    body = device_json(slice_device(device), "v1")
+    assert body["capacity"]["cpu"] == {
+        "value": "1",
+        "requestPolicy": {"default": "1", "validRange": {"min": "1"}},
+    }
+    wider = device_json(slice_device(grouped_node(tmp_path / "2").policy.dra_devices()[0]), "v1")
+    assert wider["capacity"]["cpu"]["requestPolicy"]["validRange"] == {"min": "1", "step": "1"}
+
+
 def test_group_by_socket_gives_one_device_per_socket(tmp_path: Path) -> None:
     devices = grouped_node(tmp_path, "socket").policy.dra_devices()
     assert [(d.name, d.capacity, d.attributes["socketID"]) for d in devices] == [

@@ -199,8 +199,8 @@ def _build(workdir: Path, package: str, out: Path, *flags: str) -> None:
     print(f"built {out} in {time.monotonic() - started:.0f}s", file=sys.stderr)
 
 
-def _go(workdir: Path, *args: str, nice: bool = False) -> str:
-    env = os.environ | {"GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
+def _go(workdir: Path, *args: str, nice: bool = False, env: dict[str, str] | None = None) -> str:
+    env = os.environ | {"GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"} | (env or {})
     cmd = ["go", *args]
     if nice and shutil.which("nice"):
         cmd = ["nice", "-n", "10", *cmd]

@@ -41,7 +41,10 @@ state = '{d}/state'
 [plugins.'io.containerd.cri.v1.runtime']
   # The test sandbox lacks CAP_SYS_RESOURCE: runc cannot raise oom_score_adj.
   restrict_oom_score_adj = true
-  enable_cdi = false
+  # CDI from our directory only (never the host's /etc/cdi, /var/run/cdi): the DRA tests'
+  # daemon writes its claim specs there; a container naming no CDI device is untouched.
+  enable_cdi = true
+  cdi_spec_dirs = ['{d}/cdi']
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ['{d}/cni/bin']
     conf_dir = '{d}/cni/conf'
@@ -144,8 +147,13 @@ class Containerd:
     def config_path(self) -> Path:
         return self.dir / "config.toml"
 
+    @property
+    def cdi_dir(self) -> Path:
+        """The CDI spec directory containerd 2 reads (1.7's config leaves CDI off)."""
+        return self.dir / "cdi"
+
     def write_config(self) -> None:
-        for sub in ("nri/plugins", "nri/conf.d", "cni/bin", "cni/conf"):
+        for sub in ("nri/plugins", "nri/conf.d", "cni/bin", "cni/conf", "cdi"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         text = self.template.format(
             d=self.dir, runc=self.runc, image=self.image, request_timeout=f"{REQUEST_TIMEOUT:g}s"

@@ -79,8 +79,11 @@ class Cri:
     root: str  # the test's cgroup root, e.g. /nri-resmgr-test-1a2b
     workdir: Path
 
-    def pod(self, name: str, qos: QoS, namespace: str = "default") -> tuple[str, Path]:
-        uid = str(uuid.uuid4())
+    def pod(
+        self, name: str, qos: QoS, namespace: str = "default", uid: str | None = None
+    ) -> tuple[str, Path]:
+        """A sandbox; ``uid`` the API pod's, as kubelet passes it (default: a new one)."""
+        uid = uid or str(uuid.uuid4())
         parent = f"{self.root}/kubepods" + (f"/{qos.value}" if qos.value else "")
         config = {
             "metadata": {"name": name, "namespace": namespace, "uid": uid, "attempt": 0},

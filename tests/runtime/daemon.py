@@ -34,11 +34,24 @@ LIVE: set[Daemon] = set()
 
 
 class Daemon:
-    def __init__(self, runtime: Containerd, workdir: Path, config: str) -> None:
+    """``config``: a policy document for ``--config-file``; None: the daemon reads its policy
+    from the cluster, as ``args`` (``--kubeconfig`` ...) and ``env`` (``NODE_NAME``) say."""
+
+    def __init__(
+        self,
+        runtime: Containerd,
+        workdir: Path,
+        config: str | None,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.runtime = runtime
         self.dir = workdir
         self.config = workdir / "config.yaml"
-        self.config.write_text(config)
+        self.args = args if config is None else ("--config-file", str(self.config), *args)
+        self.env = dict(os.environ) | (env or {})
+        if config is not None:
+            self.config.write_text(config)
         self.log_path = workdir / "daemon.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -49,14 +62,13 @@ class Daemon:
             sys.executable,
             "-m",
             "nri_resmgr",
-            "--config-file",
-            str(self.config),
+            *self.args,
             "--nri-socket",
             self.runtime.nri_socket,
             "--log-level",
             "debug",
         ]
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=dict(os.environ))
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=self.env)
         LIVE.add(self)
         log.close()
         if wait:

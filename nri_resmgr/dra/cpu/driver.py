@@ -38,7 +38,7 @@ from nri_resmgr.dra.kubeletplugin import (
     PreparedDevice,
     PrepareResult,
 )
-from nri_resmgr.dra.kubeletplugin.devices import AttributeValue, Capacity, RequestPolicy
+from nri_resmgr.dra.kubeletplugin.devices import Capacity, MetadataValue, RequestPolicy
 from nri_resmgr.errors import ResmgrError
 from nri_resmgr.resmgr import model
 from nri_resmgr.resmgr.policy import ClaimError, Policy
@@ -83,20 +83,32 @@ class Allocated:
         return bool(self.asks)
 
 
-GROUP_REQUEST_POLICY = RequestPolicy(minimum=1, step=1, default=1)
+WHOLE_CPUS_FROM = 1
+WHOLE_CPU_STEP = 1
+GROUP_REQUEST_POLICY = RequestPolicy(minimum=WHOLE_CPUS_FROM, step=WHOLE_CPU_STEP, default=1)
 """Whole CPUs: the scheduler rounds a request up to one (a fractional one up to the next
 whole CPU), and a request naming no amount consumes one."""
 
 
 def slice_device(device: model.Device) -> Device:
     """The policy's device as the slice publishes it (its CPUs stay here)."""
-    policy = GROUP_REQUEST_POLICY if device.shared else None
+    capacity = {
+        name: Capacity(v, _request_policy(device, v)) for name, v in device.capacity.items()
+    }
     return Device(
-        device.name,
-        device.attributes,
-        {name: Capacity(value, policy) for name, value in device.capacity.items()},
-        allow_multiple_allocations=device.shared,
+        device.name, device.attributes, capacity, allow_multiple_allocations=device.shared
     )
+
+
+def _request_policy(device: model.Device, value: int) -> RequestPolicy | None:
+    """Whole CPUs for a grouped device. The API server refuses a step that cannot be taken
+    once above the minimum (``min + step > capacity``, a group of one CPU): there the step
+    goes, and the only amount in range, one CPU, is whole anyway."""
+    if not device.shared:
+        return None
+    if value < WHOLE_CPUS_FROM + WHOLE_CPU_STEP:
+        return attrs.evolve(GROUP_REQUEST_POLICY, step=None)
+    return GROUP_REQUEST_POLICY
 
 
 class CpuDriver:
@@ -338,7 +350,7 @@ class CpuDriver:
                 requests=(r.request,) if r.request else (),
                 cdi_ids=(cdi_id,),
                 share_id=shares.get(r.device),
-                metadata=_metadata(devices.get(r.device)),
+                metadata=_metadata(devices.get(r.device), record.cpus),
             )
             for r in record.results
         )
@@ -368,12 +380,24 @@ def _check_same_allocation(ref: ClaimRef, record: ClaimRecord, allocated: Alloca
         )
 
 
-def _metadata(device: model.Device | None) -> dict[str, AttributeValue] | None:
+ALLOCATED_NUM_CPUS = "allocatedNumCPUs"
+"""dra-driver-cpu's metadata-only attribute of a grouped device: the claim's CPUs in it."""
+ALLOCATED_CPUS = "allocatedCPUs"
+"""Ours, beside it: their Linux CPU ids (a list of numbers), so the workload knows which."""
+
+
+def _metadata(device: model.Device | None, claimed: CpuSet) -> dict[str, MetadataValue] | None:
     """The attributes a workload reads from its device metadata file: the slice's, with
-    unqualified names as the slice files them."""
+    unqualified names as the slice files them. A per-CPU device names its CPU (``cpuID``); a
+    grouped device gets the CPUs Prepare picked in the group (two results on one group, the
+    claim's CPUs there for both)."""
     if device is None:
         return None
-    return dict(device.attributes)
+    out: dict[str, MetadataValue] = dict(device.attributes)
+    if device.shared:
+        mine = sorted(claimed & CpuSet(device.cpus))
+        out |= {ALLOCATED_NUM_CPUS: len(mine), ALLOCATED_CPUS: tuple(mine)}
+    return out
 
 
 def _describe(record: ClaimRecord) -> str:

@@ -13,6 +13,9 @@ from collections.abc import Mapping
 import attrs
 
 AttributeValue = str | int | bool
+MetadataValue = AttributeValue | tuple[int, ...]
+"""A device metadata attribute (KEP-5304): a slice attribute's type, or a list of numbers
+(``ints``; metadata files go through no API server, so the alpha list type is safe there)."""
 
 
 @attrs.frozen

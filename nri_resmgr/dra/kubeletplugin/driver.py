@@ -15,7 +15,7 @@ from typing import Protocol
 import attrs
 
 from nri_resmgr.dra.kubeletplugin.claims import AllocatedClaim, ClaimRef
-from nri_resmgr.dra.kubeletplugin.devices import AttributeValue, Device
+from nri_resmgr.dra.kubeletplugin.devices import Device, MetadataValue
 
 
 @attrs.frozen
@@ -29,8 +29,9 @@ class PreparedDevice:
     names). Empty: the device is for every container of the claim."""
     cdi_ids: tuple[str, ...] = ()
     share_id: str | None = None
-    metadata: Mapping[str, AttributeValue] | None = None
-    """Attributes for the device metadata file (KEP-5304); None: none written for it."""
+    metadata: Mapping[str, MetadataValue] | None = None
+    """Attributes for the device metadata file (KEP-5304); None: the device is listed there
+    without attributes."""
 
 
 @attrs.frozen

@@ -9,10 +9,15 @@ What ``k8s.io/dynamic-resource-allocation/kubeletplugin`` v0.37 does with
   (a claim made from a template: ``resourceclaimtemplates/<pod's claim name>/...``, the name
   from the claim's ``resource.kubernetes.io/pod-claim-name`` annotation).
 - The file is a JSON stream of one ``DeviceMetadata`` object per API version, newest first
-  (``metadata.resource.k8s.io/v1beta1``, then ``v1alpha1``, which 1.36 readers know):
-  ``metadata`` {name, namespace, uid, generation 1}, ``podClaimName`` for a template's claim,
-  ``requests`` [{name: the result's request (``req/sub`` kept), devices: [{driver, pool, name,
-  attributes}]}], attributes in the ResourceSlice's JSON form.
+  (``metadata.resource.k8s.io/v1beta1``, then ``v1alpha1``, which 1.36 readers know), each
+  followed by a newline: ``metadata`` {name, namespace, uid, generation 1}, ``podClaimName``
+  for a template's claim, ``requests`` [{name: the result's request (``req/sub`` kept),
+  devices: [{driver, pool, name, attributes}]}], every prepared device of the request (one
+  the driver gave no attributes has none), attributes in the ResourceSlice's JSON form plus
+  ``ints`` for a list of numbers. A reader that takes the whole file as one JSON document
+  trips on the second object; upstream's ``devicemetadata`` package, ``jq -s`` and any
+  streaming decoder read it (the Go helper writes the same stream when a driver names two
+  versions; dra-driver-cpu names only v1beta1).
 - The mount is a CDI device of kind ``<driver>/metadata`` named ``<claim uid>_<request>`` in
   ``<cdi dir>/<driver>_metadata_<uid>_<request>.json``; its id is added to the first device
   of the request in the answer to kubelet, so exactly the containers of that request get it.
@@ -20,6 +25,10 @@ What ``k8s.io/dynamic-resource-allocation/kubeletplugin`` v0.37 does with
   helper nests ``<ns>_<name>/<request>/metadata.json``; a flat name keyed by the checked UID
   needs no directory tree to remove). Unprepare removes both files.
 - Files go through ``files`` (checked directories, no symlinks followed, atomic renames).
+
+``tests/dra/test_metadata_container.py`` reads the file inside a container that the real
+containerd started with the CDI ids kubelet's own DRA code got from us, with upstream's
+``devicemetadata`` package (validation on).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from nri_resmgr.dra.kubeletplugin.claims import AllocatedClaim, ClaimRef, uid_problem
+from nri_resmgr.dra.kubeletplugin.devices import MetadataValue
 from nri_resmgr.dra.kubeletplugin.driver import PreparedDevice
 from nri_resmgr.dra.kubeletplugin.files import remove_matching, write_file
 from nri_resmgr.dra.kubeletplugin.slice_spec import attribute_json
@@ -40,7 +50,9 @@ METADATA_GROUP = "metadata.resource.k8s.io"
 METADATA_VERSIONS = ("v1beta1", "v1alpha1")
 """Written newest first; readers take the first version they know."""
 HOST_SUBDIR = "dra-device-metadata"
-CDI_VERSION = "0.6.0"
+CDI_VERSION = "0.5.0"
+"""The least version this spec needs (a device name may start with a digit since 0.5.0), as
+the Go helper computes it: runtimes with an older CDI library still read it."""
 FILE_MODE = 0o644
 """The container's user reads it (the bind mount keeps the host file's mode)."""
 DIR_MODE = 0o755
@@ -87,8 +99,14 @@ def document(
 def _device(driver: str, device: PreparedDevice) -> dict[str, Any]:
     out: dict[str, Any] = {"driver": driver, "pool": device.pool, "name": device.device}
     if device.metadata:
-        out["attributes"] = {k: attribute_json(v) for k, v in device.metadata.items()}
+        out["attributes"] = {k: _value_json(v) for k, v in device.metadata.items()}
     return out
+
+
+def _value_json(value: MetadataValue) -> dict[str, Any]:
+    if isinstance(value, tuple):
+        return {"ints": list(value)}
+    return attribute_json(value)
 
 
 class MetadataWriter:
@@ -99,11 +117,11 @@ class MetadataWriter:
         self.kind = f"{driver}/metadata"
 
     def write(self, claim: AllocatedClaim, devices: Sequence[PreparedDevice]) -> dict[str, str]:
-        """Writes the files of every request with metadata; base request -> its CDI id."""
+        """Writes the file of every request of ``devices``; base request -> its CDI id. As the
+        Go helper, a device without attributes is listed too (its name and pool are news to
+        the workload)."""
         by_request: dict[str, list[PreparedDevice]] = {}
         for device in devices:
-            if device.metadata is None:
-                continue
             for request in device.requests:
                 by_request.setdefault(request, []).append(device)
         ids: dict[str, str] = {}
@@ -118,7 +136,7 @@ class MetadataWriter:
         uid = claim.ref.uid
         host_name = f"{uid}_{base}.json"
         stream = "".join(
-            json.dumps(obj, indent=1) + "\n"
+            json.dumps(obj, indent=2) + "\n"
             for obj in document(self.driver, claim, request, devices)
         )
         device_name = f"{uid}_{base}"
