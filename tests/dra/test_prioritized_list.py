@@ -100,7 +100,7 @@ async def test_a_sub_request_result_is_answered_with_the_request_containers_name
     assert {r.request for r in record.results} == {"cpus/four", "spare"}
 
 
-GROUPED = DraConfig(enabled=True, cpu_device_mode="grouped", grouped_cpus="8-15")  # type: ignore[arg-type]
+GROUPED = DraConfig(enabled=True, cpu_device_mode="grouped", grouped_cpus="8-15")
 
 
 @pytest.mark.parametrize("served", [GROUPED], indirect=True, ids=["grouped"])
