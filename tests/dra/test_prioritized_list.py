@@ -120,6 +120,24 @@ async def test_a_grouped_sub_request_consumes_what_its_result_says(
     assert len(cpus) == 3 and cpus.issubset(CpuSet.parse("12-15"))
 
 
+@pytest.mark.parametrize("served", [GROUPED], indirect=True, ids=["grouped"])
+async def test_one_group_serving_two_requests_answers_each_with_its_own_share(
+    served: Served, kubelet: Kubelet
+) -> None:
+    node = served.node
+    two = {"request": "cpus/four", "device": "numa3", "shareID": "share-1",
+           "consumedCapacity": {"cpu": "2"}}  # fmt: skip
+    spare = {"request": "spare", "device": "numa3", "shareID": "share-2",
+             "consumedCapacity": {"cpu": "1"}}  # fmt: skip
+    node.claims.add(prioritized(UID, [two, spare]))
+    claim = await served.prepare(kubelet)
+    assert claim.error == ""
+    answered = [(d.device_name, list(d.request_names), d.share_id) for d in claim.devices]
+    assert answered == [("numa3", ["cpus"], "share-1"), ("numa3", ["spare"], "share-2")]
+    cpus = node.policy.claims.cpus()[UID]
+    assert len(cpus) == 3 and cpus.issubset(CpuSet.parse("12-15"))
+
+
 BAD_REQUESTS = [
     (
         "cpus/huge",
