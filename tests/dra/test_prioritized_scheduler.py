@@ -18,9 +18,10 @@ its devices (per-CPU mode) or its ``consumedCapacity`` inside its group (grouped
 second request ``spare`` and a container listing it show the mapping is by request.
 
 Per-CPU mode at kube-scheduler v1.35.4 (DRAPrioritizedList is beta, on by default since 1.34)
-and v1.37.2; grouped mode at v1.37.2 (consumable capacity is off in 1.35). The API server
-refuses a result naming a sub-request the claim does not have; the plugin's own check of
-that is in ``test_prioritized_list.py``.
+and v1.37.2 (GA, locked on); grouped mode at v1.37.2 (consumable capacity is off in 1.35).
+``nox -s scheduler`` runs both modes at v1.36.3 instead. The API server refuses a result
+naming a sub-request the claim does not have; the plugin's own check of that is in
+``test_prioritized_list.py``.
 """
 
 from __future__ import annotations
@@ -341,7 +342,7 @@ async def test_the_first_sub_request_is_taken_when_it_fits(cluster: Cluster) -> 
         pair, one = device_cpus(got["cpus/two"]), device_cpus(got["spare"])
         assert len(pair) == 2 and len({cpu // 4 for cpu in pair}) == 1  # one NUMA node
         assert len(one) == 1 and held == pair | one
-    # kubelet's second Prepare (a container restart) gets the same answer and CPUs.
+    # kubelet's PrepareResources again (a container restart): the claim stays as it was.
     assert await prepare(c, claim, bound) == held
     await release(c, bound, "first")
 
