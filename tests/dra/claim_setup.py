@@ -46,7 +46,7 @@ def claim_object(
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name or f"claim-{uid}", "namespace": "default", "uid": uid},
-        "spec": {"devices": {"requests": [{"name": request}]}},
+        "spec": {"devices": {"requests": [spec_request(request, driver)]}},
         "status": {
             "allocation": {
                 "devices": {
@@ -59,6 +59,15 @@ def claim_object(
             }
         },
     }
+
+
+def spec_request(request: str, device_class: str) -> KubeObject:
+    """The claim's request a result names: ``req`` (``exactly``) or, for ``req/sub``, a
+    prioritized list with that one sub-request."""
+    base, slash, sub = request.partition("/")
+    if slash:
+        return {"name": base, "firstAvailable": [{"name": sub, "deviceClassName": device_class}]}
+    return {"name": request, "exactly": {"deviceClassName": device_class}}
 
 
 class Claims:

@@ -1,4 +1,5 @@
-"""Grouped devices against the real kube-apiserver and kube-scheduler v1.37.2 (issue 33 item 2).
+"""Grouped devices against the real kube-apiserver and kube-scheduler v1.37.2 (issue 33 item 2;
+``nox -s scheduler`` runs them at v1.36.3).
 
 topology-aware on the synthetic n4c128 machine (2 sockets, 4 NUMA nodes of 32 CPUs, CPU 0
 reserved) in grouped mode with NUMA nodes 1-3 set apart for claims; its devices are published
@@ -37,20 +38,20 @@ from nri_resmgr.sim.machine import MACHINES as LAYOUTS
 from nri_resmgr.sim.synthetic import write_sysfs
 from tests.dra import chain
 from tests.dra.claim_setup import DRIVER, NODE, Node, make_node
-from tests.dra.scheduler import Scheduler, schedulable_node, start_scheduler
+from tests.dra.scheduler import Scheduler, schedulable_node, scheduler_versions, start_scheduler
 from tests.kube.apiserver import ApiServer, start_apiserver
 from tests.policies.workload import topology_spec
 
 pytestmark = pytest.mark.integration
 
-VERSION = "v1.37.2"
+[VERSION] = scheduler_versions("v1.37.2")
 GROUPED = "32-127"  # NUMA nodes 1-3; node 0 (CPU 0 reserved) stays native
 JSON = dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def apiserver137(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    server = start_apiserver(tmp_path_factory.mktemp("apiserver137"), VERSION)
+def grouped_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    server = start_apiserver(tmp_path_factory.mktemp("grouped_apiserver"), VERSION)
     try:
         yield server
     finally:
@@ -58,11 +59,11 @@ def apiserver137(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer
 
 
 @pytest.fixture(scope="module")
-def scheduler137(
-    apiserver137: ApiServer, tmp_path_factory: pytest.TempPathFactory
+def grouped_scheduler(
+    grouped_apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Scheduler]:
-    log = tmp_path_factory.mktemp("scheduler137") / "scheduler.log"
-    running = start_scheduler(apiserver137, log, VERSION)
+    log = tmp_path_factory.mktemp("grouped_scheduler") / "scheduler.log"
+    running = start_scheduler(grouped_apiserver, log, VERSION)
     try:
         yield running
     finally:
@@ -87,8 +88,8 @@ def grouping() -> tuple[str, str] | None:
 
 @pytest.fixture
 async def cluster(
-    apiserver137: ApiServer,
-    scheduler137: Scheduler,
+    grouped_apiserver: ApiServer,
+    grouped_scheduler: Scheduler,
     tmp_path: Path,
     grouping: tuple[str, str] | None,
 ) -> AsyncIterator[Cluster]:
@@ -98,7 +99,7 @@ async def cluster(
         by, grouped = grouping
         dra = DraConfig(enabled=True, cpu_device_mode="grouped", group_by=by, grouped_cpus=grouped)  # type: ignore[arg-type]
     node = make_node(tmp_path, spec=topology_spec(dra=dra))
-    async with KubeClient(apiserver137.config()) as client:
+    async with KubeClient(grouped_apiserver.config()) as client:
         ns = f"grouped-{uuid.uuid4().hex[:6]}"
         await client.create(NAMESPACES, {"metadata": {"name": ns}})
         with contextlib.suppress(AlreadyExists):
@@ -111,7 +112,7 @@ async def cluster(
         async with trio.open_nursery() as nursery:
             await nursery.start(publisher.run)
             service = ClaimService(node.driver, DRIVER, client)
-            yield Cluster(client, ns, node, service, scheduler137)
+            yield Cluster(client, ns, node, service, grouped_scheduler)
             nursery.cancel_scope.cancel()
 
 

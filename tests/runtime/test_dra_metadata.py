@@ -47,7 +47,7 @@ from tests.dra.kubelet_peer import KubeletPeer, kubelet_peer
 from tests.dra.metadata_stream import VERSIONS, attributes, newest
 from tests.dra.metadatabuild import BuildError, ensure_reader
 from tests.dra.scheduler import Scheduler, schedulable_node
-from tests.dra.test_grouped_scheduler import apiserver137, capacity_claim, scheduler137
+from tests.dra.test_grouped_scheduler import capacity_claim, grouped_apiserver, grouped_scheduler
 from tests.dra.test_kubelet_real import kubelet_binary, node_dirs
 from tests.instrumentation.test_cluster_process import established
 from tests.kube.apiserver import ApiServer
@@ -57,7 +57,7 @@ from tests.runtime.cri import GUARANTEED_1CPU, Container, Cri, placement
 from tests.runtime.daemon import Daemon
 from tools.crdschema import crd
 
-__all__ = ["apiserver137", "kubelet_binary", "node_dirs", "scheduler137"]  # fixtures
+__all__ = ["grouped_apiserver", "grouped_scheduler", "kubelet_binary", "node_dirs"]  # fixtures
 
 pytestmark = pytest.mark.integration
 
@@ -96,15 +96,15 @@ def dra_config(mode: str) -> JSON:
 @pytest.fixture
 async def node(
     request: pytest.FixtureRequest,
-    apiserver137: ApiServer,
-    scheduler137: Scheduler,
+    grouped_apiserver: ApiServer,
+    grouped_scheduler: Scheduler,
     containerd: Containerd,
     kubelet_binary: Path,
     node_dirs: Path,
 ) -> AsyncIterator[Node]:
     """The cluster objects, kubelet and our daemon (DRA on, mode ``request.param``), the
     daemon registered with containerd's NRI and kubelet, its slice published."""
-    async with KubeClient(apiserver137.config()) as client:
+    async with KubeClient(grouped_apiserver.config()) as client:
         await established(client, crd("TopologyAwarePolicy"))
         suffix = uuid.uuid4().hex[:6]
         ns, name = f"dmeta-{suffix}", f"dmeta-node-{suffix}"
@@ -118,14 +118,14 @@ async def node(
             await client.create(chain.DEVICE_CLASSES, chain.device_class(DRIVER))
         registry = node_dirs / "registry"
         registry.mkdir()
-        args = ("--kubeconfig", str(apiserver137.kubeconfig), "--config-namespace", ns,
+        args = ("--kubeconfig", str(grouped_apiserver.kubeconfig), "--config-namespace", ns,
                 "--policy", "topology-aware", "--host-root", str(write_sysfs(node_dirs, N4C16)),
                 "--kubelet-plugins-dir", str(node_dirs / "plugins"),
                 "--kubelet-registry-dir", str(registry), "--cdi-dir", str(containerd.cdi_dir),
                 "--dra-state-dir", str(node_dirs / "state"))  # fmt: skip
         daemon = Daemon(containerd, node_dirs, None, args, env={"NODE_NAME": name})
         daemon.env.pop("KUBECONFIG", None)
-        async with kubelet_peer(kubelet_binary, kubeconfig=apiserver137.kubeconfig, node=name,
+        async with kubelet_peer(kubelet_binary, kubeconfig=grouped_apiserver.kubeconfig, node=name,
                                 registry=registry, state=node_dirs / "kubelet-state",
                                 log=node_dirs / "kubelet.log") as kubelet:  # fmt: skip
             daemon.start()

@@ -342,14 +342,16 @@ class CpuDriver:
         self, record: ClaimRecord, claim: AllocatedClaim, devices: Mapping[str, model.Device]
     ) -> tuple[PreparedDevice, ...]:
         cdi_id = self.cdi.device_id(record.uid)
-        shares = {r.device: r.share_id for r in claim.results}
+        # By request and device: under a prioritized list one shared device may serve two
+        # requests of the claim, each result with its own shareID.
+        shares = {(r.request, r.device): r.share_id for r in claim.results}
         return tuple(
             PreparedDevice(
                 pool=self.pool_name,
                 device=r.device,
                 requests=(r.request,) if r.request else (),
                 cdi_ids=(cdi_id,),
-                share_id=shares.get(r.device),
+                share_id=shares.get((r.request, r.device)),
                 metadata=_metadata(devices.get(r.device), record.cpus),
             )
             for r in record.results

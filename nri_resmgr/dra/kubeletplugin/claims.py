@@ -5,7 +5,10 @@ anything, the layer does what the Go helper (``kubeletplugin``) does: reads the
 ResourceClaim, checks that it is the object kubelet meant (same UID) and that it is
 allocated, and gives the driver its own allocation results, parsed (``AllocatedClaim``).
 Unlike the Go helper, a claim that fails these checks fails alone, with an error naming the
-cause, so one bad claim never hides the others of the pod.
+cause, so one bad claim never hides the others of the pod. Each of the driver's results must
+name a request the claim has: ``<request>`` or, for a prioritized list (``firstAvailable``),
+``<request>/<sub-request>`` (the API server's own rule); a driver never sees a result it could
+not map to the claim's containers.
 
 Claim UIDs become file names and env var names in drivers, so a UID that is not in the API
 server's shape (``CLAIM_UID``) is refused before anything else.
@@ -70,6 +73,13 @@ class ClaimRef:
             raise ClaimProblem(f"claim {where}: {problem}")
 
 
+def base_request(name: str) -> str:
+    """What a container's ``resources.claims[].request`` names for a result's request: the
+    request itself, ``req`` of a prioritized list's ``req/sub`` (kubelet matches a device's
+    request names against it as they are)."""
+    return name.split("/", 1)[0]
+
+
 @attrs.frozen
 class AllocationResult:
     """One ``status.allocation.devices.results[]`` entry."""
@@ -88,7 +98,7 @@ class AllocationResult:
     @property
     def base_request(self) -> str:
         """The request name a container lists (``request/sub`` -> ``request``)."""
-        return self.request.split("/", 1)[0]
+        return base_request(self.request)
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> AllocationResult:
@@ -129,6 +139,7 @@ async def read_claim(kube: KubeApi, ref: ClaimRef, driver: str) -> AllocatedClai
         raise ClaimProblem(f"claim {ref.describe()} is not allocated")
     results = (allocation.get("devices") or {}).get("results") or []
     parsed = [AllocationResult.from_json(r) for r in results if isinstance(r, dict)]
+    _check_requests(ref, claim, [r for r in parsed if r.driver == driver])
     annotations = (claim.get("metadata") or {}).get("annotations") or {}
     pod_claim = annotations.get(POD_CLAIM_NAME_ANNOTATION)
     return AllocatedClaim(
@@ -136,6 +147,57 @@ async def read_claim(kube: KubeApi, ref: ClaimRef, driver: str) -> AllocatedClai
         tuple(r for r in parsed if r.driver == driver),
         tuple(sorted({r.driver for r in parsed if r.driver != driver})),
         str(pod_claim) if pod_claim else None,
+    )
+
+
+def _claim_requests(claim: Mapping[str, Any]) -> dict[str, frozenset[str] | None]:
+    """The claim's request names (``spec.devices.requests``): a request with ``exactly`` ->
+    None, one with ``firstAvailable`` -> its sub-request names."""
+    spec = claim.get("spec") or {}
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    requests = (devices or {}).get("requests") if isinstance(devices, dict) else None
+    known: dict[str, frozenset[str] | None] = {}
+    for request in requests if isinstance(requests, list) else []:
+        if not isinstance(request, dict) or not isinstance(request.get("name"), str):
+            continue
+        subs = request.get("firstAvailable")
+        known[request["name"]] = (
+            frozenset(
+                s["name"] for s in subs if isinstance(s, dict) and isinstance(s.get("name"), str)
+            )
+            if isinstance(subs, list)
+            else None
+        )
+    return known
+
+
+def _names_request(known: Mapping[str, frozenset[str] | None], name: str) -> bool:
+    """Whether result request ``name`` is one of the claim's: ``req`` of any request, or
+    ``req/sub`` of a prioritized list that has ``sub`` (as the API server validates it)."""
+    base, slash, sub = name.partition("/")
+    if base not in known:
+        return False
+    subs = known[base]
+    return not slash or (subs is not None and sub in subs)
+
+
+def _check_requests(
+    ref: ClaimRef, claim: Mapping[str, Any], ours: Sequence[AllocationResult]
+) -> None:
+    known = _claim_requests(claim)
+    wrong = [r for r in ours if not _names_request(known, r.request)]
+    if not wrong:
+        return
+    have = ", ".join(
+        f"{name}/{sub}" if subs is not None else name
+        for name, subs in known.items()
+        for sub in (sorted(subs) if subs is not None else [""])
+    )
+    r = wrong[0]
+    raise ClaimProblem(
+        f"claim {ref.describe()}: the allocation result for device {shorten(r.device, 128)} "
+        f"names request {short_repr(r.request, 140)}, which the claim does not have (its "
+        f"requests: {shorten(have, 400) or 'none'}); nothing is prepared"
     )
 
 

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nri_resmgr.dra.kubeletplugin.claims import AllocatedClaim, ClaimRef, uid_problem
+from nri_resmgr.dra.kubeletplugin.claims import AllocatedClaim, ClaimRef, base_request, uid_problem
 from nri_resmgr.dra.kubeletplugin.devices import MetadataValue
 from nri_resmgr.dra.kubeletplugin.driver import PreparedDevice
 from nri_resmgr.dra.kubeletplugin.files import remove_matching, write_file
@@ -126,7 +126,7 @@ class MetadataWriter:
                 by_request.setdefault(request, []).append(device)
         ids: dict[str, str] = {}
         for request, devs in by_request.items():
-            base = request.split("/", 1)[0]
+            base = base_request(request)
             ids[base] = self._write_request(claim, base, request, devs)
         return ids
 
@@ -196,7 +196,7 @@ def inject(
     for device in devices:
         extra = []
         for request in device.requests:
-            base = request.split("/", 1)[0]
+            base = base_request(request)
             if base in ids and base not in done:
                 extra.append(ids[base])
                 done.add(base)

@@ -28,6 +28,7 @@ from nri_resmgr.dra.kubeletplugin.claims import (
     AllocatedClaim,
     ClaimProblem,
     ClaimRef,
+    base_request,
     read_claim,
     refs,
     uid_problem,
@@ -214,8 +215,9 @@ class _VersionShim:
     def _device(self, answered: AnsweredDevice) -> Any:
         device = answered.device
         message = self._pb.Device(
-            # "req/sub" under a prioritized list: the container names the base request.
-            request_names=list(dict.fromkeys(r.split("/", 1)[0] for r in device.requests)),
+            # "req/sub" under a prioritized list: kubelet matches these names as they are
+            # against the request a container lists, which is "req" (never "req/sub").
+            request_names=list(dict.fromkeys(base_request(r) for r in device.requests)),
             pool_name=device.pool,
             device_name=device.device,
             cdi_device_ids=list(answered.cdi_ids),
