@@ -1,8 +1,8 @@
 """The real node for the tests in this directory (marker ``node``): a qemu guest per
 topology, booted on first use and kept for the session, one at a time.
 
-Under TCG every step is slow, so a plain run (``.ci/run``, ``nox -s tests``) runs none of
-them; with NRI_RESMGR_NODE_CORE=1 it runs the core set (marker ``node_core``), and
+Under TCG every step is slow, so a plain run (``nox -s tests``, pytest) runs none of
+them; with NRI_RESMGR_NODE_CORE=1 (set by ``.ci/run``) it runs the core set (marker ``node_core``), and
 ``nox -s node`` (NRI_RESMGR_NODE_ALL=1) runs all of them.
 Under CI=true a guest that cannot be built or booted fails the tests (never skips); elsewhere
 they skip with the reason. Set NRI_RESMGR_NODE_RECORD=<file> to get, as JSON lines, what the
@@ -31,8 +31,8 @@ from tests.runtime.build import PeerUnavailable
 RECORD = os.environ.get("NRI_RESMGR_NODE_RECORD")
 SUMMARY = pytest.StashKey[list[str]]()
 ALL = os.environ.get("NRI_RESMGR_NODE_ALL", "").lower() in ("1", "true", "yes")
-# The core set joins the tests session only when asked: .ci/run leaves the guests out until
-# their cold build time is known to fit its budget (docs/development.md, "The real node").
+# The core set joins the tests session only when asked: .ci/run asks; a developer's plain
+# `nox -s tests` or pytest does not boot a guest (docs/development.md, "The real node").
 CORE_ON = os.environ.get("NRI_RESMGR_NODE_CORE", "").lower() in ("1", "true", "yes")
 CORE = pytest.mark.node_core
 N6 = pytest.mark.node_n6

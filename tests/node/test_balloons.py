@@ -23,10 +23,10 @@ REPLAYS: list[Callable[[Path], None] | ParameterSet] = [
     n4c16.test03_reserved,
     n4c16.test05_namespace,
     n4c16.test07_maxballoons,
-    n4c16.test08_numa,
+    core(n4c16.test08_numa),
     n4c16.test10_allocator_opts,
     n4c16.test11_match_expression,
-    core(more.test16_composite_balloons),
+    more.test16_composite_balloons,
     n4c16.test23_available_cpus,
 ]
 

@@ -21,7 +21,7 @@ import pytest
 from nri_resmgr.cpuset import CpuSet
 from tests.bench.gopeer import ensure_go_topology_aware
 from tests.conformance.build import BuildError
-from tests.node.conftest import CORE, boot
+from tests.node.conftest import boot
 from tests.node.guest import KernelPlacement
 from tests.node.node import Node
 from tests.node.pods import Pods, shown
@@ -108,7 +108,6 @@ def go_plugin() -> Path:
         missing_peer(f"upstream's topology-aware plugin could not be built: {e}")
 
 
-@CORE
 def test_from_the_go_plugin_to_ours_and_back(nodes: Nodes, go_plugin: Path) -> None:
     session = boot(nodes, N4C16, "n4c16")
     session.reset()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from _pytest.mark import ParameterSet
 
-from tests.node.conftest import CORE, boot, core
+from tests.node.conftest import boot, core
 from tests.node.session import Nodes
 from tests.policies.topology_aware_e2e import test_n4c16 as n4c16
 from tests.policies.topology_aware_e2e.topologies import N4C16
@@ -44,7 +44,6 @@ def test_on_the_real_node(
     replay(tmp_path)
 
 
-@CORE
 def test18_strict_alignment_on_the_real_node(
     nodes: Nodes, replays: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
