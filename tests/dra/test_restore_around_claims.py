@@ -7,7 +7,9 @@ whose cpuset then matched no pool (its NUMA node's shared CPUs, grouped ones not
 was re-placed in NUMA node #1, whose only free CPUs were grouped; once the grouped CPUs were
 set apart again that pool had no shared CPU left, and the container kept running on grouped
 CPUs 5-7 ("no CPU left in NUMA node #1; it keeps cpuset 5-7"), which a later claim in that
-group could no longer be given.
+group could no longer be given. The same order let a restore grant a Guaranteed container
+grouped CPU 14; moved off it afterwards with no shared CPU left, Synchronize raised
+PlacementError. Both shrunk failures are replayed in ``test_grouped_state_machine.py``.
 """
 
 from __future__ import annotations
