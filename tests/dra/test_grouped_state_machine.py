@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -165,3 +166,37 @@ TestGroupedClaims.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+LEFT_ON_GROUPED_CPUS = [("guaranteed", 100)] * 5 + [("guaranteed", 2000)] + [("burstable", 100)] * 2
+"""A Burstable container re-placed by a Synchronize kept grouped CPUs 5-7."""
+SYNCHRONIZE_FAILED = [("guaranteed", 2000), ("guaranteed", 100), ("guaranteed", 100)]
+SYNCHRONIZE_FAILED += [("guaranteed", 2000), ("burstable", 100)] + [("guaranteed", 100)] * 4
+"""A Synchronize raised PlacementError: a Guaranteed container read back onto grouped CPUs
+had nowhere to go once they were set apart."""
+
+
+@pytest.mark.parametrize(
+    "steps", [LEFT_ON_GROUPED_CPUS, SYNCHRONIZE_FAILED], ids=["left-on-grouped", "sync-failed"]
+)
+def test_shrunk_failures_of_a_resynchronize_replayed(steps: list[tuple[str, int]]) -> None:
+    """Failures hypothesis found on random runs of this machine (CI derandomizes, so it never
+    drew them), step by step: natives started, then the runtime re-synchronizes. The cause
+    (the grouped CPUs were set apart only after restore) and plainer forms of it:
+    ``test_restore_around_claims.py``."""
+    machine = GroupedClaims()
+    machine.start(grouped="5-7,12-14", by="numanode")
+    checks = [
+        machine.prepare_can_give_what_the_scheduler_believes_free,
+        machine.only_bound_containers_run_on_grouped_cpus,
+        machine.claims_stay_in_their_groups_and_apart,
+        machine.bound_containers_run_on_their_claims_cpus,
+    ]
+    for kind, milli in steps:
+        machine.start_a_native_container(kind=kind, milli=milli)
+        for check in checks:
+            check()
+    machine.resynchronize()
+    for check in checks:
+        check()
+    assert len(machine.natives) == len(steps)

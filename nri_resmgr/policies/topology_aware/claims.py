@@ -71,7 +71,8 @@ class Binding:
 
 class ClaimBook:
     """The prepared claims of one policy instance (claim UID -> CPUs); survives engine
-    rebuilds (reconfigure) and re-enters each new engine through ``install``."""
+    rebuilds (reconfigure) and re-enters each new or cleared engine through ``entries``,
+    which ``restore`` adopts before it places any container."""
 
     def __init__(self) -> None:
         self.claims: dict[str, ClaimGrant] = {}
@@ -168,11 +169,16 @@ class ClaimBook:
         self._install_grouped(engine)
 
     def _install_grouped(self, engine: Engine) -> None:
-        free = self.grouped - self.all_cpus()
-        if free:
-            engine.adopt([_entry_for(GROUPED_ENTRY, "DRA grouped CPUs", free)])
+        entry = self._grouped_entry()
+        if entry is not None:
+            engine.adopt([entry])
         else:
             engine.disown(GROUPED_ENTRY)
+
+    def _grouped_entry(self) -> Allocation | None:
+        """The entry setting the unclaimed grouped CPUs apart; None when there are none."""
+        free = self.grouped - self.all_cpus()
+        return _entry_for(GROUPED_ENTRY, "DRA grouped CPUs", free) if free else None
 
     def _check_pools_keep_a_cpu(self, engine: Engine, uid: str, cpus: CpuSet) -> None:
         taken = engine.exclusive_cpus() | cpus
@@ -196,11 +202,12 @@ class ClaimBook:
         self._install_grouped(engine)
         return grant.cpus if grant is not None else None
 
-    def install(self, engine: Engine) -> None:
-        """Give every claim's entry, and the grouped CPUs', to ``engine`` (a new or cleared
-        one)."""
-        engine.adopt([_entry(uid, g.cpus) for uid, g in self.claims.items()])
-        self._install_grouped(engine)
+    def entries(self) -> list[Allocation]:
+        """Every claim's entry, and the grouped CPUs' while any is unclaimed: what a new or
+        cleared engine must hold before it places a container (``restore``'s ``around``)."""
+        out = [_entry(uid, g.cpus) for uid, g in self.claims.items()]
+        grouped = self._grouped_entry()
+        return out if grouped is None else [*out, grouped]
 
     # -- containers -------------------------------------------------------------------------
 

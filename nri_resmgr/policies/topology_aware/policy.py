@@ -132,7 +132,7 @@ class TopologyAwarePolicy(HardwarePolicy):
             and a.container_id not in self.claims.bound
         ]
         try:
-            updates = restore(engine, lives, strict=True)
+            updates = restore(engine, lives, strict=True, around=self.claims.entries())
         except PlacementError as e:
             raise ConfigError(
                 f"spec: the new configuration cannot place every container: {e}"
@@ -145,31 +145,17 @@ class TopologyAwarePolicy(HardwarePolicy):
     def _settle_claims(
         self, engine: Engine, updates: list[Update], bound: Sequence[tuple[Pod, Container]]
     ) -> list[Update]:
-        """After ``restore`` (which starts from no grants): the claims and their containers
-        back in, natives moved off claimed CPUs, and one update per container."""
+        """After ``restore`` (which restored every native container around the claims'
+        entries, so none holds or shares a claimed or grouped CPU): the claims' containers
+        bound back onto their CPUs, and one update per container."""
         if not self.claims.claims and not self.claims.grouped:
             return updates
-        self.claims.install(engine)
         self.claims.bound.clear()
         for pod, c in bound:
             name = f"{pod.namespace}/{pod.name}/{c.name}"
             binding = self.claims.binding(pod, name, c)
             if binding is not None:
                 self.claims.bind(engine, pod, c, name, binding)
-        claimed = self.claims.all_cpus() | self.claims.grouped
-        for a in engine.allocations():
-            if (
-                a.pod is not None
-                and a.container is not None
-                and a.container_id not in self.claims.bound
-                and not is_claim_entry(a)
-                and not a.exclusive.isdisjoint(claimed)
-            ):
-                log.warning(
-                    "%s: exclusive cpus %s overlap DRA claims; re-placed", a.name, a.exclusive
-                )
-                engine.release(a.container_id)
-                self._grant(self._live(engine, a.pod, a.container, None, None), engine=engine)
         return merge_updates([*updates, *engine.refresh()])
 
     # -- synchronization ------------------------------------------------------------------
@@ -194,7 +180,8 @@ class TopologyAwarePolicy(HardwarePolicy):
             if live.want.kind is Kind.RESERVED and cpus and cpus.isdisjoint(engine.reserved):
                 live = attrs.evolve(live, fell_back=True)
             lives.append(live)
-        updates = self._settle_claims(engine, restore(engine, lives), bound)
+        updates = restore(engine, lives, around=self.claims.entries())
+        updates = self._settle_claims(engine, updates, bound)
         log.info("synchronized %d containers, %d updates", len(lives), len(updates))
         return updates
 

@@ -25,9 +25,21 @@ log = logging.getLogger(__name__)
 _BY_CONTAINER_ID = operator.attrgetter("container.id")
 
 
-def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list[Update]:
+def restore(
+    engine: Engine,
+    lives: Sequence[Live],
+    strict: bool = False,
+    around: Sequence[Allocation] = (),
+) -> list[Update]:
     """Rebuild ``engine``'s grants from ``lives`` and return the updates that bring every
     container to them.
+
+    ``around``: grants no container runs with (the DRA claims' entries and the grouped CPUs
+    set apart, ``ClaimBook.entries``), adopted before anything is read back or placed. Every
+    container is then restored around them, as a new one would be granted: a cpuset that
+    reaches into their CPUs is not kept, and a pool whose only shared CPUs are theirs is
+    never chosen. (Added afterwards, they would leave a container placed there with no CPU
+    to move to, and it would keep running on the claims' CPUs.)
 
     The result does not depend on the order of ``lives``: they are taken in container-id
     order. A container that cannot be placed at all raises PlacementError when ``strict``
@@ -35,6 +47,8 @@ def restore(engine: Engine, lives: Sequence[Live], strict: bool = False) -> list
     left alone, never sent an empty cpuset.
     """
     engine.forget_all()
+    if around:
+        engine.adopt(around)
     lives = sorted(lives, key=_BY_CONTAINER_ID)
     users = _cpu_users(lives)
     pending: list[Live] = []
