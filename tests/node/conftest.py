@@ -2,8 +2,8 @@
 topology, booted on first use and kept for the session, one at a time.
 
 Under TCG every step is slow, so a plain run (``nox -s tests``, pytest) runs none of
-them; with NRI_RESMGR_NODE_CORE=1 (set by ``.ci/run``) it runs the core set (marker ``node_core``), and
-``nox -s node`` (NRI_RESMGR_NODE_ALL=1) runs all of them.
+them; with NRI_RESMGR_NODE_CORE=1 (set by ``.ci/run``) it runs the core set (marker
+``node_core``), and ``nox -s node`` (NRI_RESMGR_NODE_ALL=1) runs all of them.
 Under CI=true a guest that cannot be built or booted fails the tests (never skips); elsewhere
 they skip with the reason. Set NRI_RESMGR_NODE_RECORD=<file> to get, as JSON lines, what the
 guest kernel showed at every check.
