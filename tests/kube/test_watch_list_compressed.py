@@ -1,6 +1,7 @@
-"""Watch-list against a real kube-apiserver v1.37.2, which compresses a watch-list's reply in
-gzip with one member per flush (WatchListCompression, beta and on from 1.37): the changes after
-the initial state arrive on the same request, as they do at 1.35 and 1.36.
+"""Watch-list against a real kube-apiserver v1.37.2 (``apiserver_137``, tests/conftest.py),
+which compresses a watch-list's reply in gzip with one member per flush (WatchListCompression,
+beta and on from 1.37): the changes after the initial state arrive on the same request, as
+they do at 1.35 and 1.36.
 
 Before the client decoded every member (nri_resmgr/kube/stream.py) the watch got its state and
 then nothing until the request ended (5 to 10 minutes): httpx reads only the first member.
@@ -9,7 +10,7 @@ then nothing until the request ended (5 to 10 minutes): httpx reads only the fir
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import attrs
 import httpx
@@ -19,20 +20,9 @@ import trio
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.kube import EventType, KubeClient, WatchEvent
 from nri_resmgr.kube.resources import CONFIG_MAPS, NAMESPACES
-from tests.kube.apiserver import ApiServer, start_apiserver
+from tests.kube.apiserver import ApiServer
 
 pytestmark = pytest.mark.integration
-
-VERSION = "v1.37.2"
-
-
-@pytest.fixture(scope="module")
-def apiserver_137(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    server = start_apiserver(tmp_path_factory.mktemp(f"apiserver-{VERSION}"), VERSION)
-    try:
-        yield server
-    finally:
-        server.shutdown()
 
 
 @attrs.define
