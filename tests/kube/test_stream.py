@@ -17,8 +17,8 @@ from nri_resmgr.kube import EventType
 from nri_resmgr.kube.errors import BadResponse
 from nri_resmgr.kube.stream import GzipMembers, decoder_for, lines
 from tests.kube.conftest import ServeFake
-from tests.kube.fakeserver import Reply
-from tests.kube.test_watch import Script, cm, event_line
+from tests.kube.fakeserver import Reply, event_line
+from tests.kube.test_watch import Script, cm
 from tests.kube.test_watch_list import collect, end_of_initial_events
 
 
