@@ -1,6 +1,6 @@
 """Watch bodies in gzip of many members (kube-apiserver 1.37's watch-list replies: one member
 per flush), decoded whole however the chunks fall; through the client, against a fake server
-that compresses as 1.37 does (tests/kube/test_watch_list_compressed.py: the real one)."""
+that compresses as 1.37 does (tests/kube/test_watch_list_apiserver.py: the real one)."""
 
 from __future__ import annotations
 
