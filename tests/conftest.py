@@ -34,3 +34,14 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
         yield server
     finally:
         server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def apiserver_137(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """A second real API server, v1.37.2, for what changed there (it compresses a watch-list's
+    reply, one gzip member per flush); shared by the session like ``apiserver``."""
+    server = start_apiserver(tmp_path_factory.mktemp("apiserver-v1.37.2"), "v1.37.2")
+    try:
+        yield server
+    finally:
+        server.shutdown()

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from nri_resmgr.backoff import Backoff
-from nri_resmgr.kube import decode
+from nri_resmgr.kube import decode, stream
 from nri_resmgr.kube.auth import BearerAuth
 from nri_resmgr.kube.config import ClusterConfig
 from nri_resmgr.kube.errors import BadResponse, connection_error, error_from_body
@@ -228,13 +228,25 @@ class KubeClient:
     async def stream_lines(
         self, path: str, params: dict[str, str], *, read_timeout: float | None
     ) -> AsyncIterator[AsyncIterator[str]]:
-        """A long GET whose reply arrives line by line (watch); errors as in ``request``."""
+        """A long GET whose reply arrives line by line (watch); errors as in ``request``.
+
+        The body is asked for in gzip (only that: the one coding kube-apiserver offers) and
+        decoded by ``stream.lines``, which reads every gzip member: a watch-list's reply from
+        kube-apiserver 1.37 has one per flush, and httpx's own decoder reads only the first.
+        """
         timeout = httpx.Timeout(self.timeout, read=read_timeout)
+        headers = {"Accept-Encoding": "gzip"}
         try:
-            async with self._http.stream("GET", path, params=params, timeout=timeout) as resp:
+            async with self._http.stream(
+                "GET", path, params=params, timeout=timeout, headers=headers
+            ) as resp:
                 if resp.status_code >= 400:
                     raise error_from_body(resp.status_code, await resp.aread())
-                yield resp.aiter_lines()
+                decode = stream.decoder_for(resp.headers.get("Content-Encoding", ""))
+                # A coding we did not ask for (a proxy's?) is left to httpx, which knows more.
+                yield (
+                    resp.aiter_lines() if decode is None else stream.lines(resp.aiter_raw(), decode)
+                )
         except httpx.TransportError as exc:
             raise connection_error(exc) from exc
 

@@ -6,7 +6,8 @@ Event semantics:
   itself (``sendInitialEvents``, Kubernetes' watch-list: one request, served from the API
   server's watch cache, ended by a bookmark); a server that refuses that (before 1.27, or
   with the WatchList feature off) is asked with a LIST instead, and the watch streams from
-  the list's resourceVersion (the list-then-watch an informer does).
+  the list's resourceVersion (the list-then-watch an informer does). From 1.37 that reply
+  comes in gzip of one member per flush, which the client decodes whole (``kube.stream``).
 - With a starting ``resource_version`` it streams changes after that version directly.
 - ``ADDED``/``MODIFIED``/``DELETED`` carry one object each.
 - Bookmarks are asked for and consumed silently: they only advance ``resource_version``.

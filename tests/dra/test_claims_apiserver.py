@@ -1,9 +1,11 @@
 """CPU devices and claims against a real kube-apiserver + etcd (v1.35): a pool over several
-slices passes validation, a wiped slice comes back through the watch (not the re-list), and
+slices passes validation, a wiped slice comes back through the watch (not the re-list; at
+v1.37.2 too, whose watch-list replies come gzip in many members), and
 Prepare reads the ResourceClaim the server holds, UID checked."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -50,9 +52,10 @@ async def eventually(check: Any, limit: float = 30.0) -> Any:
         return result
 
 
-@pytest.fixture
-async def pool(apiserver: ApiServer) -> AsyncIterator[Pool]:
-    async with KubeClient(apiserver.config()) as kube:
+@contextlib.asynccontextmanager
+async def open_pool(server: ApiServer) -> AsyncIterator[Pool]:
+    """A node of 200 CPU devices and its running publisher, on ``server``."""
+    async with KubeClient(server.config()) as kube:
         node = f"cpus-{uuid.uuid4().hex[:8]}"
         await kube.create(NODES, {"metadata": {"name": node}})
         devices = [
@@ -75,6 +78,19 @@ async def pool(apiserver: ApiServer) -> AsyncIterator[Pool]:
         for obj in (await kube.list(SLICES, field_selector=f"spec.nodeName={node}")).items:
             await kube.delete(SLICES, obj["metadata"]["name"])
         await kube.delete(NODES, node)
+
+
+@pytest.fixture
+async def pool(apiserver: ApiServer) -> AsyncIterator[Pool]:
+    async with open_pool(apiserver) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def pool_137(apiserver_137: ApiServer) -> AsyncIterator[Pool]:
+    """The pool on kube-apiserver v1.37.2, whose watch-list replies come gzip in many members."""
+    async with open_pool(apiserver_137) as opened:
+        yield opened
 
 
 def complete(slices: list[dict[str, Any]], count: int) -> bool:
@@ -109,6 +125,16 @@ async def test_a_pool_of_200_devices_is_two_valid_slices_of_one_generation(pool:
 
 
 async def test_a_wiped_pool_is_republished_through_the_watch(pool: Pool) -> None:
+    await wipe_and_see_it_republished(pool)
+
+
+async def test_a_wiped_pool_is_republished_through_the_watch_at_1_37(pool_137: Pool) -> None:
+    """The wipe lands after the publisher's watch got its initial state: before the client read
+    every gzip member, that watch heard nothing more at 1.37 and the pool stayed gone."""
+    await wipe_and_see_it_republished(pool_137)
+
+
+async def wipe_and_see_it_republished(pool: Pool) -> None:
     async def two() -> list[dict[str, Any]] | None:
         slices = await pool.slices()
         return slices if complete(slices, 2) else None

@@ -163,23 +163,12 @@ async def cluster(
                             log=tmp_path / "kubelet.log")  # fmt: skip
         (short_dir / "registry").mkdir()
         async with peer as kubelet, trio.open_nursery() as nursery:
-            await wiped(kubelet)
             await plugin.start(nursery)
             await kubelet.wait_plugin(DRIVER)
             await published(client, [d.name for d in await node.driver.devices()])
             yield Cluster(client, ns, node, kubelet, stack, grouped)
             await plugin.stop()
             nursery.cancel_scope.cancel()
-
-
-async def wiped(kubelet: KubeletPeer) -> None:
-    """Waits until kubelet's start-up wipe of the node's slices is done. Before the plugin
-    publishes: against kube-apiserver v1.37.2 the publisher's watch (a watch-list) gets its
-    initial state and then no event at all, so a wipe landing after its first sync would stay
-    unrepaired (a finding of this test, not what it tests)."""
-    with trio.fail_after(30):
-        while "Deleted ResourceSlices" not in kubelet.log_path.read_text(errors="replace"):
-            await trio.sleep(0.02)
 
 
 async def published(client: KubeClient, names: list[str]) -> None:

@@ -37,6 +37,8 @@ class Reply:
     status: int = 200
     body: Any = None
     stream: AsyncIterator[bytes] | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    """More reply headers (a stream's ``Content-Encoding``, say)."""
 
 
 def status_reply(code: int, reason: str, message: str = "") -> Reply:
@@ -103,6 +105,7 @@ async def _read_request(conn: trio.SocketStream) -> Request | None:
 
 async def _write_reply(conn: trio.SocketStream, reply: Reply) -> None:
     head = f"HTTP/1.1 {reply.status} X\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in reply.headers)
     if reply.stream is None:
         payload = b"" if reply.body is None else json.dumps(reply.body).encode()
         await conn.send_all(f"{head}Content-Length: {len(payload)}\r\n\r\n".encode() + payload)

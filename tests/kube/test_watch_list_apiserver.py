@@ -1,5 +1,12 @@
-"""Watch-list against a real kube-apiserver v1.35: the state and the changes on one request,
-and no LIST at all, not even across an API server restart (requests counted on the wire)."""
+"""Watch-list against a real kube-apiserver, v1.35 and v1.37: the state and the changes on one
+request, and no LIST at all, not even across an API server restart (requests counted on the
+wire).
+
+v1.37 sends a watch-list's reply in gzip, one member per flush (WatchListCompression, beta and
+on from 1.37). Before the client read every member (nri_resmgr/kube/stream.py) the watch got
+its state there and then nothing until the request ended (5 to 10 minutes): httpx's decoder
+reads only the first member.
+"""
 
 from __future__ import annotations
 
@@ -21,25 +28,39 @@ pytestmark = pytest.mark.integration
 
 @attrs.define
 class Counted(httpx.AsyncBaseTransport):
+    """Counts the requests; keeps each watch's parameters and its reply's Content-Encoding."""
+
     inner: httpx.AsyncBaseTransport
     lists: int = 0
     watches: list[dict[str, str]] = attrs.field(factory=list)
+    encodings: list[str | None] = attrs.field(factory=list)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
         if request.url.params.get("watch") == "true":
             self.watches.append(dict(request.url.params))
+            self.encodings.append(response.headers.get("Content-Encoding"))
         elif request.method == "GET":
             self.lists += 1
-        return await self.inner.handle_async_request(request)
+        return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
 
+COMPRESSED = {"apiserver": None, "apiserver_137": "gzip"}
+"""Each session API server (tests/conftest.py) and how it encodes a watch-list's reply."""
+
+
+@pytest.fixture(params=sorted(COMPRESSED))
+def server(request: pytest.FixtureRequest) -> tuple[ApiServer, str | None]:
+    return request.getfixturevalue(request.param), COMPRESSED[request.param]
+
+
 @pytest.fixture
-async def namespace(apiserver: ApiServer) -> AsyncIterator[str]:
+async def namespace(server: tuple[ApiServer, str | None]) -> AsyncIterator[str]:
     name = f"wl-{uuid.uuid4().hex[:8]}"
-    async with KubeClient(apiserver.config()) as admin:
+    async with KubeClient(server[0].config()) as admin:
         await admin.create(NAMESPACES, {"metadata": {"name": name}})
         yield name
 
@@ -50,8 +71,9 @@ async def next_event(events: trio.MemoryReceiveChannel[WatchEvent]) -> WatchEven
 
 
 async def test_state_and_changes_come_on_one_watch_request_and_no_list(
-    apiserver: ApiServer, namespace: str
+    server: tuple[ApiServer, str | None], namespace: str
 ) -> None:
+    apiserver, encoding = server
     config = apiserver.config()
     counted = Counted(httpx.AsyncHTTPTransport(verify=config.ssl_context()))
     async with KubeClient(config) as admin, KubeClient(config, transport=counted) as client:
@@ -77,6 +99,7 @@ async def test_state_and_changes_come_on_one_watch_request_and_no_list(
             assert added.object["metadata"]["name"] == "c"
             assert (counted.lists, len(counted.watches)) == (0, 1)
             assert counted.watches[0]["sendInitialEvents"] == "true"
+            assert counted.encodings == [encoding]  # 1.37's reply came in gzip members
 
             async with apiserver.down():
                 with trio.fail_after(60):
