@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import trio
 
-from tests.fleet import metrics
+from tests.fleet import budgets, metrics
 from tests.fleet.cluster import POLICY, Cluster, admin_client, running_cluster
 from tests.fleet.metrics import RequestKey, Samples
 from tests.fleet.workers import NotReached, Workers
@@ -59,9 +59,15 @@ class Run:
         return metrics.scrape(self.api)
 
     def window(
-        self, before: Samples, after: Samples, harness: dict[RequestKey, int] | None = None
+        self,
+        before: Samples,
+        after: Samples,
+        harness: dict[RequestKey, int] | None = None,
+        *,
+        fresh: bool = False,
     ) -> dict[str, Any]:
-        """A window's figures; ``harness`` lists the harness' own requests in it."""
+        """A window's figures; ``harness`` lists the harness' own requests in it; ``fresh``:
+        ``after`` is a new API server process, counted from zero."""
         window = metrics.delta(after, before)
         counts = metrics.requests(window)
         for key, n in (harness or {}).items():
@@ -78,6 +84,7 @@ class Run:
             "bytes": metrics.bytes_moved(window),
             "rejected_429": metrics.rejected(window),
             "flow_schemas": metrics.dispatched_by_flow_schema(window),
+            "server_closed_watches": metrics.server_closed_watches(window, fresh=fresh),
         }
 
     def timeout(self) -> float:
@@ -94,6 +101,7 @@ class Run:
         time.sleep(SETTLE)
         result = self.window(before, self.scrape())
         result["seconds_until_all_ready"] = round(time.monotonic() - started - SETTLE, 1)
+        result["watch_reopens"] = budgets.watch_reopens(result, self.agents)
         return result
 
     def incomplete(self, before: Samples, exc: NotReached) -> dict[str, Any]:
@@ -170,7 +178,7 @@ class Run:
                 all_reported = round(now, 1)
             time.sleep(1.0)
         time.sleep(SETTLE)
-        result = self.window({}, self.scrape())  # a new process: its counters start at zero
+        result = self.window({}, self.scrape(), fresh=True)  # a new process: counters from zero
         result.update(
             down_seconds=round(back - crashed, 1),
             watches_before=watches_before,
