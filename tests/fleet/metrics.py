@@ -109,22 +109,23 @@ CACHE_INITIALIZATIONS = "apiserver_watch_cache_initializations_total"
 
 
 def server_closed_watches(
-    window: Samples, resources: frozenset[str] = AGENT_RESOURCES, *, fresh: bool = False
+    after: Samples, before: Samples, resources: frozenset[str] = AGENT_RESOURCES
 ) -> dict[str, dict[str, int]]:
-    """Per resource the watch cache serves: watchers it closed as unresponsive
-    (``terminated``) and its re-initializations (``cache_reinitialized``, each ending every
-    watch open on the resource). ``fresh``: the window is a new server's counters from zero,
-    whose first initialization is its start, not a re-initialization. A resource is listed
-    as soon as the cache reports it, so 0 means counted and none, not unseen (the terminated
-    counter appears only once it moved)."""
+    """Per resource the watch cache serves, between two scrapes: watchers it closed as
+    unresponsive (``terminated``) and its re-initializations (``cache_reinitialized``, each
+    ending every watch open on the resource). A cache not in ``before`` (a new server, or a
+    custom resource's, built on its first request) was initialized once to begin with: that
+    one is no re-initialization. A resource is listed as soon as the cache reports it, so 0
+    means counted and none (the terminated counter appears only once it moved)."""
     out: dict[str, dict[str, int]] = defaultdict(
         lambda: {"terminated": 0, "cache_reinitialized": 0}
     )
-    for labels, value in select(window, CACHE_INITIALIZATIONS):
+    for labels, value in select(after, CACHE_INITIALIZATIONS):
         if labels.get("resource") in resources:
-            reinitialized = max(0, round(value) - (1 if fresh else 0))
-            out[labels["resource"]]["cache_reinitialized"] += reinitialized
-    for labels, value in select(window, TERMINATED):
+            key = (CACHE_INITIALIZATIONS, tuple(sorted(labels.items())))
+            first = before.get(key, 1.0)  # not there before: its first is no re-initialization
+            out[labels["resource"]]["cache_reinitialized"] += max(0, round(value - first))
+    for labels, value in select(delta(after, before), TERMINATED):
         if labels.get("resource") in resources:
             out[labels["resource"]]["terminated"] += round(value)
     return dict(sorted(out.items()))

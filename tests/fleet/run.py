@@ -59,15 +59,9 @@ class Run:
         return metrics.scrape(self.api)
 
     def window(
-        self,
-        before: Samples,
-        after: Samples,
-        harness: dict[RequestKey, int] | None = None,
-        *,
-        fresh: bool = False,
+        self, before: Samples, after: Samples, harness: dict[RequestKey, int] | None = None
     ) -> dict[str, Any]:
-        """A window's figures; ``harness`` lists the harness' own requests in it; ``fresh``:
-        ``after`` is a new API server process, counted from zero."""
+        """A window's figures; ``harness`` lists the harness' own requests in it."""
         window = metrics.delta(after, before)
         counts = metrics.requests(window)
         for key, n in (harness or {}).items():
@@ -84,7 +78,7 @@ class Run:
             "bytes": metrics.bytes_moved(window),
             "rejected_429": metrics.rejected(window),
             "flow_schemas": metrics.dispatched_by_flow_schema(window),
-            "server_closed_watches": metrics.server_closed_watches(window, fresh=fresh),
+            "server_closed_watches": metrics.server_closed_watches(after, before),
         }
 
     def timeout(self) -> float:
@@ -178,7 +172,7 @@ class Run:
                 all_reported = round(now, 1)
             time.sleep(1.0)
         time.sleep(SETTLE)
-        result = self.window({}, self.scrape(), fresh=True)  # a new process: counters from zero
+        result = self.window({}, self.scrape())  # a new process: its counters start at zero
         result.update(
             down_seconds=round(back - crashed, 1),
             watches_before=watches_before,

@@ -29,21 +29,22 @@ apiserver_watch_cache_initializations_total{group="",resource="pods"} 4
 
 
 def test_a_window_counts_unresponsive_closes_and_reinitializations_per_agent_resource() -> None:
-    window = metrics.delta(metrics.parse(AFTER), metrics.parse(BEFORE))
-    assert metrics.server_closed_watches(window) == {
+    closed = metrics.server_closed_watches(metrics.parse(AFTER), metrics.parse(BEFORE))
+    assert closed == {
         "nodes": {"terminated": 0, "cache_reinitialized": 1},
         "resourceslices": {"terminated": 3, "cache_reinitialized": 0},
     }  # pods: not the agents'
 
 
-def test_a_new_servers_first_initialization_is_not_a_reinitialization() -> None:
-    closed = metrics.server_closed_watches(metrics.parse(AFTER), fresh=True)
+def test_a_cache_first_seen_in_the_window_counts_its_first_initialization_as_none() -> None:
+    # A new server (the restart), or a custom resource's cache built on its first request.
+    closed = metrics.server_closed_watches(metrics.parse(AFTER), {})
     assert closed["nodes"] == {"terminated": 0, "cache_reinitialized": 1}
     assert closed["resourceslices"] == {"terminated": 3, "cache_reinitialized": 0}
 
 
 def test_a_server_that_closed_nothing_still_lists_the_resources_it_caches() -> None:
-    closed = metrics.server_closed_watches(metrics.delta(metrics.parse(BEFORE), {}), fresh=True)
+    closed = metrics.server_closed_watches(metrics.parse(BEFORE), {})
     assert closed == {
         "nodes": {"terminated": 0, "cache_reinitialized": 0},
         "resourceslices": {"terminated": 0, "cache_reinitialized": 0},
