@@ -66,6 +66,47 @@ def rejected(window: dict[str, Any]) -> int:
     return round(sum(window["rejected_429"].values()))
 
 
+def watch_reopens(window: dict[str, Any], agents: int) -> dict[str, dict[str, int]]:
+    """Per watched resource at start-up, where each agent opens one watch: the watches opened
+    again (first attempts beyond one per agent), those the server ended cleanly (code 200),
+    and how many re-opens can follow a watcher the watch cache closed as unresponsive
+    (``after_terminated``: at most one re-open per terminated watcher). A re-initialized
+    cache ends every watch on its resource, so ``cache_reinitialized`` is reported beside."""
+    opened: dict[str, int] = {}
+    ended: dict[str, int] = {}
+    for key, n in window["requests"].items():
+        verb, resource, _subresource, code = key.split(" ")
+        if verb != "WATCH" or _refused_code(code):
+            continue
+        opened[resource] = opened.get(resource, 0) + n
+        if code == "200":
+            ended[resource] = ended.get(resource, 0) + n
+    closed = window.get("server_closed_watches", {})
+    out = {}
+    for resource, n in sorted(opened.items()):
+        reopened = max(0, n - agents)
+        by_server = closed.get(resource, {"terminated": 0, "cache_reinitialized": 0})
+        out[resource] = {
+            "reopened": reopened,
+            "ended_200": ended.get(resource, 0),
+            "terminated": by_server["terminated"],
+            "after_terminated": min(reopened, by_server["terminated"]),
+            "cache_reinitialized": by_server["cache_reinitialized"],
+        }
+    return out
+
+
+def reopens_note(window: dict[str, Any]) -> str:
+    """The re-opened watches of a start-up and what the server says ended them, in words."""
+    parts = [
+        f"{resource} {r['reopened']} re-opened ({r['after_terminated']} after a watcher closed "
+        f"as unresponsive, cache re-initialized {r['cache_reinitialized']}x)"
+        for resource, r in window.get("watch_reopens", {}).items()
+        if r["reopened"]
+    ]
+    return "; ".join(parts)
+
+
 def violations(result: dict[str, Any]) -> list[str]:
     """Every budget the figures of one fleet run break (empty: all held)."""
     n = result["agents"]
@@ -77,7 +118,8 @@ def violations(result: dict[str, Any]) -> list[str]:
         s = result["startup"]
         if first_attempts(s) > STARTUP_PER_NODE * n:
             found.append(f"start-up: {first_attempts(s) / n:.2f} requests per node (first "
-                         f"attempts) > {STARTUP_PER_NODE}")  # fmt: skip
+                         f"attempts) > {STARTUP_PER_NODE}; watches: "
+                         f"{reopens_note(s) or 'none re-opened'}")  # fmt: skip
         if counts(s, "LIST"):
             found.append(f"start-up: {counts(s, 'LIST')} LISTs (the state comes on the watch)")
     if "steady" in result:

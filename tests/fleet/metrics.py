@@ -5,6 +5,12 @@ That counter moves when a request ends, so a watch still open is not in it yet: 
 opened in a window are the ended ones plus the change in ``apiserver_longrunning_requests``
 (the watches open now). Only the resources the agents touch are counted; the harness'
 own requests in a window (a config change) are subtracted by the caller.
+
+A watch the server ends on its own (the stream closes cleanly, counted with code 200) shows
+in the watch cache's counters: ``apiserver_terminated_watchers_total`` (a watcher whose
+buffer stayed full past the dispatcher's time budget, closed as unresponsive) and
+``apiserver_watch_cache_initializations_total`` (the cache re-listed from etcd, which ends
+every watch on that resource). ``server_closed_watches`` reads both per resource.
 """
 
 from __future__ import annotations
@@ -96,6 +102,33 @@ def open_watches(samples: Samples, resources: frozenset[str] = AGENT_RESOURCES) 
         value for labels, value in select(samples, "apiserver_longrunning_requests")
         if labels.get("resource") in resources and labels.get("verb") in ("WATCH", "WATCHLIST")
     ))  # fmt: skip
+
+
+TERMINATED = "apiserver_terminated_watchers_total"
+CACHE_INITIALIZATIONS = "apiserver_watch_cache_initializations_total"
+
+
+def server_closed_watches(
+    after: Samples, before: Samples, resources: frozenset[str] = AGENT_RESOURCES
+) -> dict[str, dict[str, int]]:
+    """Per resource the watch cache serves, between two scrapes: watchers it closed as
+    unresponsive (``terminated``) and its re-initializations (``cache_reinitialized``, each
+    ending every watch open on the resource). A cache not in ``before`` (a new server, or a
+    custom resource's, built on its first request) was initialized once to begin with: that
+    one is no re-initialization. A resource is listed as soon as the cache reports it, so 0
+    means counted and none (the terminated counter appears only once it moved)."""
+    out: dict[str, dict[str, int]] = defaultdict(
+        lambda: {"terminated": 0, "cache_reinitialized": 0}
+    )
+    for labels, value in select(after, CACHE_INITIALIZATIONS):
+        if labels.get("resource") in resources:
+            key = (CACHE_INITIALIZATIONS, tuple(sorted(labels.items())))
+            first = before.get(key, 1.0)  # not there before: its first is no re-initialization
+            out[labels["resource"]]["cache_reinitialized"] += max(0, round(value - first))
+    for labels, value in select(delta(after, before), TERMINATED):
+        if labels.get("resource") in resources:
+            out[labels["resource"]]["terminated"] += round(value)
+    return dict(sorted(out.items()))
 
 
 def latency_p99(window: Samples, verbs: frozenset[str]) -> float | None:

@@ -16,6 +16,9 @@ def summary(result: dict[str, Any]) -> str:
         lines.append(f"start-up: {s['per_node']} requests/node, all ready after "
                      f"{after} s, codes {s['by_code']}, 429s {s['rejected_429'] or 0}")  # fmt: skip
         lines.extend(_per_node(s["by_verb_resource"], n))
+        lines.append(f"  watches the server closed: {_closed(s, every=True)}")
+        if budgets.reopens_note(s):
+            lines.append(f"  watches re-opened: {budgets.reopens_note(s)}")
     if "steady" in result:
         s = result["steady"]
         rate, cpu = s["requests_per_node_per_minute"], s["agent_cpu_ms_per_minute"]
@@ -39,6 +42,7 @@ def summary(result: dict[str, Any]) -> str:
                      f"after {s['seconds_until_change_reported']} s, codes {s['by_code']}, "
                      f"429s {s['rejected_429'] or 0}")  # fmt: skip
         lines.extend(_per_node(s["by_verb_resource"], n))
+        lines.append(f"  watches the server closed: {_closed(s, every=True)}")
     if "footprint" in result:
         f = result["footprint"]
         lines.append(f"agent memory: {f['agent_rss_bytes'] / 1e6:.2f} MB RSS each; "
@@ -106,6 +110,20 @@ def _status_codes(s: dict[str, Any]) -> str:
     return ", ".join(f"{k}: {v}" for k, v in s["by_code"].items() if k not in ("200", "201"))
 
 
+def _closed(s: dict[str, Any], every: bool = False) -> str:
+    """Watchers the watch cache closed as unresponsive / its re-initializations, per
+    resource (``every``: the zeros too, to show the counters were read; n/a: a run from
+    before the harness read them)."""
+    if "server_closed_watches" not in s:
+        return "n/a"
+    shown = [
+        f"{resource} {c['terminated']}/{c['cache_reinitialized']}"
+        for resource, c in s["server_closed_watches"].items()
+        if every or c["terminated"] or c["cache_reinitialized"]
+    ]
+    return ", ".join(shown) or "none"
+
+
 def _refused(s: dict[str, Any], n: int) -> float:
     return budgets.refused(s) / n
 
@@ -124,6 +142,7 @@ TABLES: list[tuple[str, str, list[tuple[str, Any]]]] = [
         ("429 (APF)", lambda r, s: _rejected(s)),
         ("watch events (MB)", lambda r, s: f"{s['bytes']['watch_event_count']:,.0f} "
                                            f"({s['bytes']['watch_events'] / 1e6:.1f})"),
+        ("watches closed by the server (unresponsive/cache re-init)", lambda r, s: _closed(s)),
         ("all ready after (s)", lambda r, s: _reached(s, "seconds_until_all_ready")),
     ]),
     ("Steady state", "steady", [
@@ -151,6 +170,7 @@ TABLES: list[tuple[str, str, list[tuple[str, Any]]]] = [
         ("by verb and resource, per node", lambda r, s: _verbs(s, r["agents"])),
         ("other codes", lambda r, s: _status_codes(s)),
         ("429 (APF)", lambda r, s: _rejected(s)),
+        ("watches closed by the server (unresponsive/cache re-init)", lambda r, s: _closed(s)),
         ("down (s)", lambda r, s: s["down_seconds"]),
         ("watches back after (s)", lambda r, s: s["seconds_until_watches_back"]),
         ("change at every agent after (s)", lambda r, s: s["seconds_until_change_reported"]),

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import trio
 
-from tests.fleet import metrics
+from tests.fleet import budgets, metrics
 from tests.fleet.cluster import POLICY, Cluster, admin_client, running_cluster
 from tests.fleet.metrics import RequestKey, Samples
 from tests.fleet.workers import NotReached, Workers
@@ -78,6 +78,7 @@ class Run:
             "bytes": metrics.bytes_moved(window),
             "rejected_429": metrics.rejected(window),
             "flow_schemas": metrics.dispatched_by_flow_schema(window),
+            "server_closed_watches": metrics.server_closed_watches(after, before),
         }
 
     def timeout(self) -> float:
@@ -94,6 +95,7 @@ class Run:
         time.sleep(SETTLE)
         result = self.window(before, self.scrape())
         result["seconds_until_all_ready"] = round(time.monotonic() - started - SETTLE, 1)
+        result["watch_reopens"] = budgets.watch_reopens(result, self.agents)
         return result
 
     def incomplete(self, before: Samples, exc: NotReached) -> dict[str, Any]:
