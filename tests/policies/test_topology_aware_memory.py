@@ -15,6 +15,7 @@ import pytest
 
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
+from nri_resmgr.policies.topology_aware.numazones import NUMA_ZONE_TYPE
 from nri_resmgr.resmgr.model import Container, ContainerState, Pod
 from nri_resmgr.sysfs import MemoryType, discover
 from tests.policies.workload import Runtime, pod, resources, start, topology_spec
@@ -480,5 +481,7 @@ def test_e2e_n6_hbm_cxl_test04_nrt_memory_sets(tmp_path: Path) -> None:
     # upstream test04-nrt's "memory set" zone attributes (its shared/reserved cpusets depend on
     # the reserved-CPU choice of upstream's CPU allocator, replayed elsewhere).
     p = policy(tmp_path)
-    memory_set = {z.name: dict(z.attributes)["memory set"] for z in p.topology_zones()}
+    # The pool zones, upstream's; the `Node` zones for NodeResourceTopologyMatch come after.
+    pools = [z for z in p.topology_zones() if z.type != NUMA_ZONE_TYPE]
+    memory_set = {z.name: dict(z.attributes)["memory set"] for z in pools}
     assert memory_set == {"root": "0-5", "socket #0": "0,2,4", "socket #1": "1,3,5"}
