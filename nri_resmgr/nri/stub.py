@@ -28,8 +28,15 @@ log = logging.getLogger(__name__)
 
 RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 # UpdateContainers may wait behind an event the runtime is dispatching (NRI <= v0.12.0 holds
-# its lock meanwhile), so it gets more than one request timeout, but never forever.
+# its lock meanwhile), so it gets more than one request timeout, but never forever: at least
+# UPDATE_TIMEOUT, and twice the request timeout the runtime configured where that is longer
+# (a runtime that gives its plugins 60 s is one that can take that long itself).
 UPDATE_TIMEOUT = 10.0
+
+
+def update_timeout(request_timeout: float) -> float:
+    """How long an UpdateContainers call may wait for the runtime's answer."""
+    return max(UPDATE_TIMEOUT, 2 * request_timeout)
 
 
 class PluginSession:
@@ -91,7 +98,7 @@ class PluginSession:
                 "UpdateContainers",
                 request,
                 api.UpdateContainersResponse,
-                UPDATE_TIMEOUT,
+                update_timeout(self.handlers.runtime.request_timeout),
             )
         except (RpcError, ConnectionLost, ProtocolError) as exc:
             log.warning("UpdateContainers of %d containers failed: %s", len(updates), exc)

@@ -9,6 +9,7 @@ import trio
 
 from nri_resmgr._gen.nri.pkg.api import v1alpha1 as api
 from nri_resmgr.nri.events import event_bit
+from nri_resmgr.nri.ttrpc_client import TtrpcClient
 from nri_resmgr.resmgr.model import Adjustment, Update
 from nri_resmgr.sim.connection import SimConfig
 from nri_resmgr.sim.runtime import Simulator
@@ -203,3 +204,34 @@ async def test_missing_socket_is_reported_once_and_stop_works(
     assert len(warnings) == 1
     assert "does not exist: is NRI enabled in the runtime?" in warnings[0].getMessage()
     assert len(debugs) > 1
+
+
+@pytest.mark.parametrize(("request_timeout", "deadline"), [(2.0, 10.0), (60.0, 120.0)])
+async def test_update_containers_waits_twice_the_runtimes_request_timeout_at_least_10s(
+    sock_path: str, monkeypatch: pytest.MonkeyPatch, request_timeout: float, deadline: float
+) -> None:
+    """A runtime configured with long plugin timeouts (the real node's containerd under TCG:
+    60 s) can take longer than 10 s to update 8 containers itself; a 10 s deadline there
+    gave up on updates the runtime was still applying, and the containers never moved."""
+    seen: list[float | None] = []
+    call_raw = TtrpcClient.call_raw
+
+    async def recording(
+        self: TtrpcClient, service: str, method: str, payload: bytes, timeout: float | None
+    ) -> bytes:
+        if method == "UpdateContainers":
+            seen.append(timeout)
+        return await call_raw(self, service, method, payload, timeout)
+
+    monkeypatch.setattr(TtrpcClient, "call_raw", recording)
+    manager = make_manager()
+    config = SimConfig(request_timeout=request_timeout)
+    with trio.fail_after(GUARD):
+        async with (
+            Simulator.listen(sock_path, config, containers=[container(1)]) as sim,
+            running_service(manager, sock_path),
+        ):
+            await sim.wait_plugin()
+            await sim.next_update()  # the sync reply
+            assert await manager.send_updates([Update("ctr1", Adjustment(cpuset_cpus="2"))]) == []
+    assert seen == [deadline]
