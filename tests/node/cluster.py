@@ -229,12 +229,33 @@ class Cluster:
     def get(
         self, kind: str, name: str = "", namespace: str = "", selector: str = ""
     ) -> dict[str, Any]:
+        found = self.try_get(kind, name, namespace, selector, timeout=300)
+        if found is None:
+            raise GuestError(f"kubectl get {kind} {name} failed:\n{self.logs()}")
+        return found
+
+    def try_get(
+        self,
+        kind: str,
+        name: str = "",
+        namespace: str = "",
+        selector: str = "",
+        timeout: float = 60,
+    ) -> dict[str, Any] | None:
+        """The object as JSON, or None when the API server did not answer in ``timeout``
+        (a poll under TCG: the guest, or its API server, may stall for a while)."""
         args = ["get", kind, *([name] if name else []), "-o", "json"]
-        if namespace:
-            args += ["-n", namespace]
-        if selector:
-            args += ["-l", selector]
-        found: dict[str, Any] = json.loads(self.kubectl(*args))
+        args += [f"--namespace={namespace}"] if namespace else []
+        args += [f"--selector={selector}"] if selector else []
+        try:
+            done = self.guest.run(f"{BIN}/kubectl", f"--kubeconfig={ADMIN_CONF}",
+                                  f"--request-timeout={timeout:.0f}s", *args, check=False,
+                                  timeout=timeout + 60)  # fmt: skip
+        except TimeoutError:
+            return None
+        if done.rc != 0:
+            return None
+        found: dict[str, Any] = json.loads(done.out)
         return found
 
     # -- reading the guest kernel ---------------------------------------------------------
@@ -261,17 +282,17 @@ class Cluster:
         return nodes
 
     def api_ready(self) -> bool:
-        done = self.guest.run(f"{BIN}/kubectl", f"--kubeconfig={ADMIN_CONF}",
-                              "--request-timeout=30s", "get", "--raw", "/readyz",
-                              check=False, timeout=120)  # fmt: skip
+        try:
+            done = self.guest.run(f"{BIN}/kubectl", f"--kubeconfig={ADMIN_CONF}",
+                                  "--request-timeout=30s", "get", "--raw", "/readyz",
+                                  check=False, timeout=120)  # fmt: skip
+        except TimeoutError:
+            return False
         return done.rc == 0 and done.out.strip() == "ok"
 
     def node_ready(self) -> bool:
-        done = self.guest.run(f"{BIN}/kubectl", f"--kubeconfig={ADMIN_CONF}", "get", "node",
-                              NODE_NAME, "-o", "json", check=False, timeout=120)  # fmt: skip
-        if done.rc != 0:
-            return False
-        return condition(json.loads(done.out), "Ready") == "True"
+        node = self.try_get("node", NODE_NAME)
+        return node is not None and condition(node, "Ready") == "True"
 
     def wait(
         self,

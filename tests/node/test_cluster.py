@@ -13,15 +13,19 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.helm.helmbuild import HelmBuildError
 from tests.kube.gobuild import BuildError
+from tests.node import chart
 from tests.node.cluster import (
     NODE_NAME,
     Cluster,
     condition,
     ensure_cluster_binaries,
+    parse_cpus,
 )
 from tests.node.guest import CGROUP, Guest, GuestError
 from tests.node.node import Node
@@ -33,22 +37,25 @@ from tests.runtime.ociimage import IMAGE_NAME
 
 pytestmark = pytest.mark.node_cluster
 
-HOSTNET_POD = f"""\
+
+def hostnet_pod(name: str, cpu: str, memory: str) -> str:
+    """A Guaranteed hostNetwork pod of the test image (no pod network: docs/development.md)."""
+    return f"""\
 apiVersion: v1
 kind: Pod
-metadata: {{name: hostnet, namespace: default}}
+metadata: {{name: {name}, namespace: default}}
 spec:
   hostNetwork: true
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 1
   containers:
-  - name: sleeper
+  - name: {name}
     image: {IMAGE_NAME}
     imagePullPolicy: Never
     command: ["/bin/sleep", "3600"]
     resources:
-      requests: {{cpu: 250m, memory: 24Mi}}
-      limits: {{cpu: 250m, memory: 24Mi}}
+      requests: {{cpu: "{cpu}", memory: {memory}}}
+      limits: {{cpu: "{cpu}", memory: {memory}}}
 """
 
 
@@ -87,8 +94,20 @@ def node_timings(node: Node) -> dict[str, float]:
     return {what: sum(t) for what, t in node.timings.items()}
 
 
+def run_pod(cluster: Cluster, name: str, cpu: str, memory: str) -> dict[str, Any]:
+    """``hostnet_pod`` applied and waited for until its container runs; the pod."""
+    cluster.apply(hostnet_pod(name, cpu, memory))
+    started = time.monotonic()
+    cluster.wait(f"pod {name} to run", lambda: running(cluster, name),
+                 explain=lambda: cluster.describe("pod", name))  # fmt: skip
+    cluster.timings[f"pod {name} to running"] = time.monotonic() - started
+    return cluster.get("pod", name, namespace="default")
+
+
 def running(cluster: Cluster, name: str) -> bool:
-    pod = cluster.get("pod", name, namespace="default")
+    pod = cluster.try_get("pod", name, namespace="default")
+    if pod is None:
+        return False
     statuses = pod["status"].get("containerStatuses", [])
     return bool(statuses) and "running" in statuses[0]["state"]
 
@@ -104,12 +123,7 @@ def test_the_node_registers_and_goes_ready(cluster: Cluster) -> None:
 
 
 def test_a_hostnetwork_pod_runs_where_the_kernel_shows_it(cluster: Cluster) -> None:
-    cluster.apply(HOSTNET_POD)
-    started = time.monotonic()
-    cluster.wait("pod hostnet to run", lambda: running(cluster, "hostnet"),
-                 explain=lambda: cluster.describe("pod", "hostnet"))  # fmt: skip
-    cluster.timings["hostNetwork pod to running"] = time.monotonic() - started
-    pod = cluster.get("pod", "hostnet", namespace="default")
+    pod = run_pod(cluster, "hostnet", "250m", "24Mi")
     assert pod["spec"]["nodeName"] == NODE_NAME  # bound by kube-scheduler
     assert pod["status"]["qosClass"] == "Guaranteed"
     assert condition(pod, "Ready") == "True"
@@ -122,3 +136,47 @@ def test_a_hostnetwork_pod_runs_where_the_kernel_shows_it(cluster: Cluster) -> N
     pids = cluster.guest.read(f"{cgroup}/cgroup.procs").split()
     commands = [cluster.guest.read(f"/proc/{pid}/cmdline").split("\0")[0] for pid in pids]
     assert "/bin/sleep" in commands
+
+
+def test_the_chart_installs_and_its_daemonset_pod_becomes_ready(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    try:
+        chart.install_chart(cluster, tmp_path)
+    except (PeerUnavailable, HelmBuildError) as e:
+        missing_peer(f"the image or helm cannot be built: {e}")
+    started = time.monotonic()
+    cluster.wait("the DaemonSet's pod to be Ready", lambda: chart.daemonset_ready(cluster),
+                 explain=lambda: chart.explain(cluster))  # fmt: skip
+    cluster.timings["DaemonSet Ready"] = time.monotonic() - started
+    (pod,) = cluster.get("pods", namespace=chart.NAMESPACE, selector=chart.SELECTOR)["items"]
+    assert pod["spec"]["hostNetwork"] is True
+    assert condition(pod, "Ready") == "True"  # the chart's readinessProbe on /readyz
+    status = pod["status"]["containerStatuses"][0]
+    assert "running" in status["state"]
+    if status["restartCount"]:
+        # Not failed on: under TCG the daemon may start slower than the chart's liveness
+        # probe allows (3 x 10 s), and kubelet restarts it once. Said, so that it is seen.
+        print(
+            f"the daemon restarted {status['restartCount']}x, last: {status['lastState']}\n"
+            + cluster.describe("pods", "-n", chart.NAMESPACE, "-l", chart.SELECTOR)
+        )
+
+
+def test_a_guaranteed_pod_is_pinned_as_the_policy_says(cluster: Cluster) -> None:
+    if not chart.daemonset_ready(cluster):
+        pytest.fail("the chart's DaemonSet is not Ready (see the test before)")
+    pod = run_pod(cluster, "guaranteed", "2", "64Mi")
+    kernel = cluster.container_placement(pod)
+    cpus = parse_cpus(kernel.cpus)
+    # topology-aware: two exclusive CPUs (one core's threads) within one NUMA node, and with
+    # pinMemory that node's memory.
+    assert len(cpus) == 2, kernel
+    nodes = cluster.numa_nodes()
+    (home,) = [n for n, node_cpus in nodes.items() if cpus <= node_cpus]
+    assert kernel.mems == str(home), kernel
+    assert kernel.cpus_allowed == kernel.cpus and kernel.mems_allowed == kernel.mems
+    (ours,) = cluster.get("pods", namespace=chart.NAMESPACE, selector=chart.SELECTOR)["items"]
+    daemon = cluster.container_placement(ours)
+    assert not cpus & parse_cpus(daemon.cpus), (kernel, daemon)
+    print(f"guaranteed: {kernel}; the daemon: {daemon}")
