@@ -55,7 +55,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [i for i in items if i not in deselected]
-    items.sort(key=lambda i: i.get_closest_marker("node_n6") is not None)  # stable
+    # Stable; the cluster boots a guest of its own, so it comes after every shared guest.
+    items.sort(key=lambda i: (i.get_closest_marker("node_cluster") is not None,
+                              i.get_closest_marker("node_n6") is not None))  # fmt: skip
 
 
 @pytest.fixture(scope="session")
