@@ -1,6 +1,6 @@
 """The device metadata file (KEP-5304) our plugin writes for a prepared claim: its content in
 per-CPU and grouped mode, and its CDI mount, as k8s.io/dynamic-resource-allocation v0.37's
-kubeletplugin writes them. The real-containerd proof is ``test_metadata_container.py``."""
+kubeletplugin writes them. The real-containerd proof is ``tests/runtime/test_dra_metadata.py``."""
 
 from __future__ import annotations
 

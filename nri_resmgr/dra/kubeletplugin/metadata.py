@@ -26,7 +26,7 @@ What ``k8s.io/dynamic-resource-allocation/kubeletplugin`` v0.37 does with
   needs no directory tree to remove). Unprepare removes both files.
 - Files go through ``files`` (checked directories, no symlinks followed, atomic renames).
 
-``tests/dra/test_metadata_container.py`` reads the file inside a container that the real
+``tests/runtime/test_dra_metadata.py`` reads the file inside a container that the real
 containerd started with the CDI ids kubelet's own DRA code got from us, with upstream's
 ``devicemetadata`` package (validation on).
 """
