@@ -221,6 +221,19 @@ class ContainerMatch:
 
 
 @attrs.frozen
+class BalloonTypeDra:
+    """``balloonTypes[].dra`` (this project's key; upstream's balloons have no DRA): a type
+    with ``publish: true`` offers devices from which a claim takes a balloon of the type
+    with the CPUs it asks for. Applied by the balloons policy (issue 38); the keys' semantics
+    are in docs/configuration.md once they are applied."""
+
+    publish: bool = False
+    group_by: CpuGroupBy | None = field(key="groupBy", default=None)
+    """Where a claim's balloon sits: one device per ``numanode`` (unset: the default) or
+    ``socket``, as topology-aware's grouped mode groups its devices."""
+
+
+@attrs.frozen
 class BalloonComponent:
     balloon_type: str
 
@@ -312,6 +325,7 @@ class BalloonType:
     show_containers_in_nrt: bool | None = field(key="showContainersInNrt", default=None)
     irq_claim: tuple[str, ...] = ()
     irq_mode: str = ""
+    dra: BalloonTypeDra | None = None
 
 
 @attrs.frozen

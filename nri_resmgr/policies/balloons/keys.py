@@ -60,6 +60,8 @@ NOT_APPLIED = (
     f"{_BT}.schedulingClass",
     f"{_BT}.irqClaim",
     f"{_BT}.irqMode",
+    f"{_BT}.dra.publish",
+    f"{_BT}.dra.groupBy",
     *(
         f"spec.schedulingClasses[].{k}"
         for k in (
