@@ -27,9 +27,14 @@ async def fake(serve_fake: ServeFake) -> tuple[FakeKube, KubeClient]:  # noqa: F
 @pytest.fixture(scope="session")
 def template_crd(apiserver: ApiServer) -> ApiServer:
     """The TemplatePolicy CRD, generated from the config models, applied and established."""
+    return with_template_crd(apiserver)
+
+
+def with_template_crd(server: ApiServer) -> ApiServer:
+    """``server`` with the TemplatePolicy CRD applied and established (again: a no-op)."""
 
     async def apply() -> None:
-        async with KubeClient(apiserver.config()) as client:
+        async with KubeClient(server.config()) as client:
             document = crd(KIND)
             with contextlib.suppress(AlreadyExists):
                 await client.create(CUSTOM_RESOURCE_DEFINITIONS, document)
@@ -38,7 +43,7 @@ def template_crd(apiserver: ApiServer) -> ApiServer:
                     await trio.sleep(0.1)
 
     trio.run(apply)
-    return apiserver
+    return server
 
 
 async def _established(client: KubeClient, name: str) -> bool:

@@ -32,6 +32,7 @@ from tests.kube.gobuild import (
     stamp,
     versioned_path,
 )
+from tests.kube.versions import minor
 
 SOURCE_DIR = Path(__file__).resolve().parent / "kubeletpeer"
 NAME = "kubelet-dra-peer"
@@ -44,11 +45,6 @@ __all__ = ["BuildError", "build_tags", "ensure_peer", "peer_path"]
 def sources() -> list[Path]:
     """Every Go file of the peer; build tags choose among the per-version ones."""
     return sorted(SOURCE_DIR.glob("*.go"))
-
-
-def minor(version: str) -> tuple[int, int]:
-    major, minor_, *_ = version.removeprefix("v").split(".")
-    return int(major), int(minor_)
 
 
 def build_tags(version: str) -> tuple[str, ...]:
