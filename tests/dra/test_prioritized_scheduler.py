@@ -4,8 +4,8 @@
 topology-aware on the synthetic n4c16 machine (4 NUMA nodes of 4 CPUs, CPU 0 reserved), its
 devices published by the daemon's publisher and CPU driver, served by the kubelet-plugin
 layer on unix sockets that ``kubelet-dra-peer`` (kubelet's plugin manager and DRA manager,
-k8s.io/kubernetes of the control plane's version) finds, registers and calls. Claims, each a request ``cpus`` with
-sub-requests in order of preference:
+k8s.io/kubernetes of the control plane's version) finds, registers and calls. Claims, each a
+request ``cpus`` with sub-requests in order of preference:
 
 - ``eight`` cannot fit (no NUMA node, or group, has 8 CPUs), so the scheduler falls back to
   ``four``: the result names ``cpus/four``;
