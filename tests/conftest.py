@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
 from tests.ci_policy import pytest_make_collect_report, pytest_runtest_makereport
-from tests.kube.apiserver import ApiServer, start_apiserver
-from tests.kube.gobuild import KUBERNETES_VERSION
+from tests.kube.apiserver import ApiServer, session_apiserver, start_apiserver
 from tests.kube.versions import kube_versions
 from tests.peers import in_ci
 
@@ -50,14 +48,10 @@ def apiserver_137(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServe
         server.shutdown()
 
 
-SHARED_APISERVERS = {KUBERNETES_VERSION: "apiserver", "v1.37.2": "apiserver_137"}
-"""The session's API servers by version: the fixture that starts each."""
-
-
 @pytest.fixture(scope="session")
-def other_apiservers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ApiServer]]:
-    """API servers of versions neither shared one runs (only a nox session asks for one,
-    ``tests/kube/versions.py``), one per version, started on first use, shared by the session."""
+def other_apiservers() -> Iterator[dict[str, ApiServer]]:
+    """API servers of versions neither shared one runs, by version (``session_apiserver``
+    starts them); shut down at the end of the session."""
     started: dict[str, ApiServer] = {}
     try:
         yield started
@@ -69,24 +63,12 @@ def other_apiservers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
 @pytest.fixture(params=kube_versions())
 def kube_version(request: pytest.FixtureRequest) -> str:
     """A Kubernetes version a version-parametrized test runs at: the oldest and newest
-    supported, or the one a nox session names."""
+    supported, or the one a nox session names (``tests/kube/versions.py``)."""
     version: str = request.param
     return version
 
 
 @pytest.fixture
-def kube_apiserver(
-    request: pytest.FixtureRequest,
-    kube_version: str,
-    other_apiservers: dict[str, ApiServer],
-    tmp_path_factory: pytest.TempPathFactory,
-) -> ApiServer:
-    """The session's API server of ``kube_version``: one of the two shared ones above, so a
-    parametrized test starts no server of its own."""
-    if kube_version in SHARED_APISERVERS:
-        server: ApiServer = request.getfixturevalue(SHARED_APISERVERS[kube_version])
-        return server
-    if kube_version not in other_apiservers:
-        workdir: Path = tmp_path_factory.mktemp(f"apiserver-{kube_version}")
-        other_apiservers[kube_version] = start_apiserver(workdir, kube_version)
-    return other_apiservers[kube_version]
+def kube_apiserver(request: pytest.FixtureRequest, kube_version: str) -> ApiServer:
+    """The session's API server of ``kube_version``: a parametrized test starts none."""
+    return session_apiserver(request, kube_version)
