@@ -80,6 +80,8 @@ class ApiServer:
     etcd_peer_port: int = attrs.field(factory=stable_port)
     flags: tuple[str, ...] = ()
     """More kube-apiserver flags, after (so overriding) the defaults below."""
+    version: str = KUBERNETES_VERSION
+    """The Kubernetes version ``kube_apiserver`` was built from."""
     _etcd_proc: subprocess.Popen[bytes] | None = None
     _api_proc: subprocess.Popen[bytes] | None = None
 
@@ -225,7 +227,7 @@ def start_apiserver(
         kube_apiserver, etcd = ensure_binaries(version)
     except BuildError as exc:
         missing_peer(f"kube-apiserver {version}/etcd peer cannot be built here: {exc}")
-    server = ApiServer(workdir, kube_apiserver, etcd, flags=flags)
+    server = ApiServer(workdir, kube_apiserver, etcd, flags=flags, version=version)
     _make_credentials(workdir)
     _write_kubeconfig(server)
     server.start_etcd()
