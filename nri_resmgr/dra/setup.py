@@ -1,8 +1,10 @@
 """Whether and how the daemon runs the DRA plugin, from the configuration.
 
-``dra.enabled`` unset or false: no plugin. Enabled but without cluster access (no API client
-or no node name, e.g. running from a local config file): a warning, and DRA stays off rather
-than the daemon refusing to start, since placement through NRI works without it.
+DRA off (``dra.enabled`` false, or unset while no policy key asks for devices:
+``config.draswitch``): no plugin. On but without cluster access (no API client or no node
+name, e.g. running from a local config file): a warning naming the key that turned it on,
+and DRA stays off rather than the daemon refusing to start, since placement through NRI
+works without it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from nri_resmgr.config.draswitch import DraSwitch
 from nri_resmgr.dra.cpu.cdi import CdiWriter
 from nri_resmgr.dra.cpu.driver import CpuDriver, driver_name_for
 from nri_resmgr.dra.cpu.state import ClaimStore
@@ -35,7 +38,7 @@ def build_dra_plugin(
     manager: ResourceManager,
     policy_name: str,
     *,
-    enabled: bool | None,
+    switch: DraSwitch,
     node_name: str,
     kube: KubeApi | None,
     plugins_dir: str | Path = KUBELET_PLUGINS_DIR,
@@ -45,17 +48,26 @@ def build_dra_plugin(
     node: NodeSource | None = None,
 ) -> KubeletPlugin | None:
     """The DRA plugin service to start, or None when DRA stays off. ``node``: the Node as
-    the daemon follows it, so the publisher needs no GET for its UID."""
-    if not enabled:
+    the daemon follows it, so the publisher needs no GET for its UID. ``switch``: whether
+    the configuration turns DRA on, and which key did (``config.draswitch``)."""
+    if not switch.on:
         log.info("DRA support is disabled")
         return None
+    turned_on = (
+        f"{switch.asked_by} asks for devices and dra.enabled is unset"
+        if switch.by_policy
+        else "dra.enabled is true"
+    )
     missing = [what for what, ok in (("node name", node_name), ("API client", kube)) if not ok]
     if missing or kube is None:
         log.warning(
-            "dra.enabled is true but there is no %s (no cluster access); DRA stays off",
+            "%s but there is no %s (no cluster access); DRA stays off",
+            turned_on,
             " and no ".join(missing),
         )
         return None
+    if switch.by_policy:
+        log.info("DRA support is enabled: %s", turned_on)
     driver_name = driver_name_for(policy_name)
     driver = CpuDriver(
         manager, driver_name, node_name, ClaimStore(state_dir), CdiWriter(cdi_dir, driver_name)
