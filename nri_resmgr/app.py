@@ -128,7 +128,8 @@ def _dra_service(
     return build_dra_plugin(
         manager,
         manager.policy.name,
-        switch=switch,
+        enabled=True,
+        asked_by=switch.asked_by if switch.by_policy else None,
         node_name=options.node_name if options.has_cluster_access else "",
         kube=kube,
         plugins_dir=options.kubelet_plugins_dir,

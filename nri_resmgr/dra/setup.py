@@ -13,7 +13,6 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from nri_resmgr.config.draswitch import DraSwitch
 from nri_resmgr.dra.cpu.cdi import CdiWriter
 from nri_resmgr.dra.cpu.driver import CpuDriver, driver_name_for
 from nri_resmgr.dra.cpu.state import ClaimStore
@@ -38,7 +37,8 @@ def build_dra_plugin(
     manager: ResourceManager,
     policy_name: str,
     *,
-    switch: DraSwitch,
+    enabled: bool,
+    asked_by: str | None = None,
     node_name: str,
     kube: KubeApi | None,
     plugins_dir: str | Path = KUBELET_PLUGINS_DIR,
@@ -48,15 +48,16 @@ def build_dra_plugin(
     node: NodeSource | None = None,
 ) -> KubeletPlugin | None:
     """The DRA plugin service to start, or None when DRA stays off. ``node``: the Node as
-    the daemon follows it, so the publisher needs no GET for its UID. ``switch``: whether
-    the configuration turns DRA on, and which key did (``config.draswitch``)."""
-    if not switch.on:
+    the daemon follows it, so the publisher needs no GET for its UID. ``enabled``: the
+    effective ``dra.enabled`` (``config.draswitch``); ``asked_by``: the policy key that
+    turned it on, ``dra.enabled`` being unset (None: it is true)."""
+    if not enabled:
         log.info("DRA support is disabled")
         return None
     turned_on = (
-        f"{switch.asked_by} asks for devices and dra.enabled is unset"
-        if switch.by_policy
-        else "dra.enabled is true"
+        "dra.enabled is true"
+        if asked_by is None
+        else f"{asked_by} asks for devices and dra.enabled is unset"
     )
     missing = [what for what, ok in (("node name", node_name), ("API client", kube)) if not ok]
     if missing or kube is None:
@@ -66,7 +67,7 @@ def build_dra_plugin(
             " and no ".join(missing),
         )
         return None
-    if switch.by_policy:
+    if asked_by is not None:
         log.info("DRA support is enabled: %s", turned_on)
     driver_name = driver_name_for(policy_name)
     driver = CpuDriver(

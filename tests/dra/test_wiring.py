@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 import trio
 
-from nri_resmgr.config.draswitch import DraSwitch, dra_switch
-from nri_resmgr.config.models import DraConfig, TemplateSpec
 from nri_resmgr.dra.kubeletplugin.publisher import SlicePublisher
 from nri_resmgr.dra.setup import build_dra_plugin
 from tests.dra.conftest import NODE, make_manager, wait_until
@@ -17,7 +15,6 @@ from tests.dra.fake_kube import FakeKube
 from tests.dra.kubelet_client import Kubelet
 
 DRIVER = "template.nri.io"
-ON = DraSwitch(on=True, explicit=True, asked_by=None)
 
 
 async def test_registration_republishes_slices_kubelet_wiped(
@@ -25,7 +22,7 @@ async def test_registration_republishes_slices_kubelet_wiped(
 ) -> None:
     kube = FakeKube({NODE: "uid-1"})
     plugin = build_dra_plugin(
-        make_manager(), "template", switch=ON, node_name=NODE, kube=kube,
+        make_manager(), "template", enabled=True, node_name=NODE, kube=kube,
         plugins_dir=socket_dir / "plugins", registry_dir=socket_dir / "registry",
         state_dir=socket_dir / "state", cdi_dir=socket_dir / "cdi",
     )  # fmt: skip
@@ -43,15 +40,10 @@ async def test_registration_republishes_slices_kubelet_wiped(
 
 
 def test_dra_off_unless_enabled() -> None:
-    for enabled in (None, False):
-        plugin = build_dra_plugin(
-            make_manager(),
-            "template",
-            switch=dra_switch(TemplateSpec(dra=DraConfig(enabled=enabled))),
-            node_name=NODE,
-            kube=FakeKube({}),
-        )
-        assert plugin is None
+    plugin = build_dra_plugin(
+        make_manager(), "template", enabled=False, node_name=NODE, kube=FakeKube({})
+    )
+    assert plugin is None
 
 
 @pytest.mark.parametrize(("node", "with_kube"), [("", True), (NODE, False), ("", False)])
@@ -60,7 +52,7 @@ def test_enabled_without_cluster_access_warns_and_stays_off(
 ) -> None:
     with caplog.at_level(logging.WARNING):
         plugin = build_dra_plugin(
-            make_manager(), "template", switch=ON, node_name=node,
+            make_manager(), "template", enabled=True, node_name=node,
             kube=FakeKube({}) if with_kube else None,
         )  # fmt: skip
     assert plugin is None
@@ -69,7 +61,7 @@ def test_enabled_without_cluster_access_warns_and_stays_off(
 
 def test_enabled_with_cluster_access_builds_plugin_and_publisher() -> None:
     plugin = build_dra_plugin(
-        make_manager(), "topology-aware", switch=ON, node_name=NODE, kube=FakeKube({})
+        make_manager(), "topology-aware", enabled=True, node_name=NODE, kube=FakeKube({})
     )
     assert plugin is not None
     assert plugin.driver_name == "topology-aware.nri.io"
