@@ -142,7 +142,7 @@ def test_load_matrix_without_cluster_access(
     path.write_text(yaml.safe_dump({"apiVersion": "config.nri/v1alpha1", "kind": doc.kind,
                                     "spec": body(policy, enabled, asks)}))  # fmt: skip
     with caplog.at_level(logging.INFO):
-        _, services = assemble(tmp_path, doc, config_file=path)
+        manager, services = assemble(tmp_path, doc, config_file=path)
     on = enabled if enabled is not None else asks
     assert not plugin_built(services)
     cause = "dra.enabled is true" if enabled else f"{KEY[policy]} asks for devices"
@@ -150,6 +150,8 @@ def test_load_matrix_without_cluster_access(
     assert [r.levelno for r in warned] == ([logging.WARNING] if on else [])
     assert all(r.getMessage().startswith(cause) for r in warned)
     assert said(caplog, DISABLED) == (0 if on else 1)
+    if policy == "topology-aware":  # set apart as on a node with DRA (docs/dra.md)
+        assert grouped_cpus(manager) == (GROUPED if asks and on else CpuSet())
 
 
 # -- at runtime --------------------------------------------------------------------------
