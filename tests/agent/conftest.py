@@ -30,12 +30,19 @@ def template_crd(apiserver: ApiServer) -> ApiServer:
     return with_template_crd(apiserver)
 
 
-def with_template_crd(server: ApiServer) -> ApiServer:
-    """``server`` with the TemplatePolicy CRD applied and established (again: a no-op)."""
+@pytest.fixture(scope="session")
+def balloons_crd(apiserver: ApiServer) -> ApiServer:
+    """The BalloonsPolicy CRD, as ``template_crd``."""
+    return with_template_crd(apiserver, "BalloonsPolicy")
+
+
+def with_template_crd(server: ApiServer, kind: str = KIND) -> ApiServer:
+    """``server`` with the CRD of ``kind`` (TemplatePolicy unless named) applied and
+    established (again: a no-op)."""
 
     async def apply() -> None:
         async with KubeClient(server.config()) as client:
-            document = crd(KIND)
+            document = crd(kind)
             with contextlib.suppress(AlreadyExists):
                 await client.create(CUSTOM_RESOURCE_DEFINITIONS, document)
             with trio.fail_after(60):
