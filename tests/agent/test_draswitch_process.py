@@ -6,14 +6,8 @@ keeps serving under the old configuration."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +15,9 @@ import pytest
 import trio
 
 from nri_resmgr.kube import KubeClient
-from nri_resmgr.kube.resources import BALLOONS_POLICIES, NAMESPACES, NODES
-from tests.agent.test_agent_integration import unique
-from tests.agent.test_process import Daemon
+from nri_resmgr.kube.resources import BALLOONS_POLICIES
+from tests.agent.test_dra_process import kubelet_dirs, wait_path  # noqa: F401  (fixture)
+from tests.agent.test_process import admin_on, daemon
 from tests.dra.conftest import kubelet_stubs  # noqa: F401  (fixture)
 from tests.dra.kubelet_client import Kubelet, KubeletStubs
 from tests.kube.apiserver import ApiServer
@@ -45,46 +39,8 @@ def balloons_cr(publish: bool) -> dict[str, Any]:
 
 @pytest.fixture
 async def cluster(balloons_crd: ApiServer) -> AsyncIterator[tuple[KubeClient, str, str]]:
-    async with KubeClient(balloons_crd.config()) as client:
-        namespace, node = unique("draon"), unique("node")
-        await client.create(NAMESPACES, {"metadata": {"name": namespace}})
-        await client.create(NODES, {"metadata": {"name": node}})
-        yield client, namespace, node
-        await client.delete(NODES, node)
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # Unix socket paths must stay short; pytest's tmp_path may be too long.
-    root = Path(tempfile.mkdtemp(prefix="draon-"))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@contextmanager
-def balloons_daemon(
-    server: ApiServer, namespace: str, node: str, root: Path, tmp_path: Path
-) -> Iterator[Daemon]:
-    write_sysfs(tmp_path / "host", N4C16)
-    log = tmp_path / "daemon.log"
-    args = [sys.executable, "-m", "nri_resmgr", "--policy", "balloons",
-            "--kubeconfig", str(server.kubeconfig), "--config-namespace", namespace,
-            "--host-root", str(tmp_path / "host"),
-            "--nri-socket", str(tmp_path / "no-such.sock"),
-            "--kubelet-plugins-dir", str(root / "plugins"),
-            "--kubelet-registry-dir", str(root / "registry"),
-            "--cdi-dir", str(tmp_path / "cdi"),
-            "--dra-state-dir", str(tmp_path / "state")]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"} | {"NODE_NAME": node}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=out, env=env)
-    try:
-        yield Daemon(proc, log)
-    finally:
-        proc.kill()
-        proc.wait()
+    async with admin_on(balloons_crd) as found:
+        yield found
 
 
 async def node_entry(client: KubeClient, ns: str, node: str, generation: int) -> dict[str, Any]:
@@ -97,26 +53,26 @@ async def node_entry(client: KubeClient, ns: str, node: str, generation: int) ->
             await trio.sleep(0.1)
 
 
-async def wait_path(path: Path, timeout: float = 60) -> None:
-    with trio.fail_after(timeout):
-        while not path.exists():
-            await trio.sleep(0.05)
-
-
 async def test_a_publishing_balloon_type_turns_dra_on_and_removing_it_needs_a_restart(
     balloons_crd: ApiServer,
     cluster: tuple[KubeClient, str, str],
     kubelet_stubs: KubeletStubs,  # noqa: F811
-    short_dir: Path,
+    kubelet_dirs: tuple[Path, Path],  # noqa: F811
     tmp_path: Path,
 ) -> None:
     client, ns, node = cluster
+    plugins, registry = kubelet_dirs
     await client.create(BALLOONS_POLICIES, balloons_cr(publish=True), ns)
-    reg_sock = short_dir / "registry" / f"{DRIVER}-reg.sock"
+    reg_sock = registry / f"{DRIVER}-reg.sock"
+    write_sysfs(tmp_path / "host", N4C16)
+    args = ("--host-root", str(tmp_path / "host"),
+            "--kubelet-plugins-dir", str(plugins), "--kubelet-registry-dir", str(registry),
+            "--cdi-dir", str(tmp_path / "cdi"),
+            "--dra-state-dir", str(tmp_path / "state"))  # fmt: skip
     kubelet = Kubelet(kubelet_stubs)
     try:
-        with balloons_daemon(balloons_crd, ns, node, short_dir, tmp_path) as d:
-            await wait_path(reg_sock)
+        with daemon(balloons_crd, ns, node, tmp_path, *args, policy="balloons") as d:
+            await wait_path(reg_sock, True)
             info = await kubelet.get_info(reg_sock)
             assert (info.type, info.name) == ("DRAPlugin", DRIVER)
             assert (await node_entry(client, ns, node, 1))["status"] == "Success"

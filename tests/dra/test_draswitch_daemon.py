@@ -6,6 +6,7 @@ not, for topology-aware (``dra.cpuDeviceMode: grouped``) and balloons
 
 from __future__ import annotations
 
+import itertools
 import logging
 from pathlib import Path
 from typing import Any
@@ -109,10 +110,10 @@ def by_policy(key: str) -> str:
 
 # -- at load -----------------------------------------------------------------------------
 
+CELLS = list(itertools.product(POLICIES, ENABLED, (True, False)))
 
-@pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("enabled", ENABLED)
-@pytest.mark.parametrize("asks", [True, False])
+
+@pytest.mark.parametrize(("policy", "enabled", "asks"), CELLS)
 def test_load_matrix(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, policy: str, enabled: bool | None, asks: bool
 ) -> None:
@@ -129,9 +130,7 @@ def test_load_matrix(
         assert grouped_cpus(manager) == (GROUPED if asks and on else CpuSet())
 
 
-@pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("enabled", ENABLED)
-@pytest.mark.parametrize("asks", [True, False])
+@pytest.mark.parametrize(("policy", "enabled", "asks"), CELLS)
 def test_load_matrix_without_cluster_access(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, policy: str, enabled: bool | None, asks: bool
 ) -> None:
