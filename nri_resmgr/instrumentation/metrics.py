@@ -84,6 +84,13 @@ def count_reload(outcome: str) -> None:
         _prom.CONFIG_RELOADS.labels(outcome).inc()
 
 
+def count_update_retry(outcome: str) -> None:
+    """One container's unsolicited update: ``failed``, or its retry ``ok``, ``dropped``
+    (nothing left to send) or ``given_up`` (``nri_resmgr.resmgr.retry``)."""
+    if _prom is not None:
+        _prom.UPDATE_RETRIES.labels(outcome).inc()
+
+
 @contextmanager
 def _timed(kind: str, method: str) -> Iterator[None]:
     if _prom is None:
@@ -138,7 +145,7 @@ class RequestObserver:
 
 _PROM_NAMES = frozenset(
     {"CONFIG_GENERATION", "CONFIG_RELOADS", "DRA_LATENCY", "DRA_REQUESTS", "NRI_LATENCY",
-     "NRI_REQUESTS", "POLICY", "REGISTRY"}
+     "NRI_REQUESTS", "POLICY", "REGISTRY", "UPDATE_RETRIES"}
 )  # fmt: skip
 
 
@@ -154,6 +161,7 @@ __all__ = [
     "ChangeSignal",
     "RequestObserver",
     "count_reload",
+    "count_update_retry",
     "enable",
     "enabled",
     "follow",

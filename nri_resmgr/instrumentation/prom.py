@@ -54,6 +54,12 @@ CONFIG_RELOADS = Counter(
     "nri_resmgr_config_reloads", "Reconfigurations, by outcome (applied or refused).",
     ["outcome"], registry=REGISTRY,
 )  # fmt: skip
+UPDATE_RETRIES = Counter(
+    "nri_resmgr_nri_update_retries",
+    "Containers' unsolicited updates (UpdateContainers) the runtime failed, and what became "
+    "of their retries, by outcome (failed, ok, dropped, given_up).",
+    ["outcome"], registry=REGISTRY,
+)  # fmt: skip
 CONFIG_GENERATION = Gauge(
     "nri_resmgr_config_generation", "metadata.generation of the configuration CR in force.",
     registry=REGISTRY,
@@ -112,6 +118,7 @@ __all__ = [
     "NRI_REQUESTS",
     "POLICY",
     "REGISTRY",
+    "UPDATE_RETRIES",
     "Instruments",
     "PolicyCollector",
 ]

@@ -68,6 +68,7 @@ class PluginSession:
                 await self._register()
                 self._manager.attach_runtime(self)
                 nursery.start_soon(self._push_deferred_updates)
+                nursery.start_soon(self._manager.retry_failed_updates)
                 on_registered()
         except BaseExceptionGroup as group:
             telling = _most_telling(group)
@@ -109,10 +110,9 @@ class PluginSession:
         self._deferred_in.send_nowait(list(updates))
 
     async def _push_deferred_updates(self) -> None:
+        # Through the manager, so the policy learns of failures and they are retried.
         async for updates in self._deferred_out:
-            failed = await self.update_containers(updates)
-            for update in failed:
-                log.warning("runtime failed to update container %s", update.container_id)
+            await self._manager.send_updates(updates)
 
 
 _SEVERITY = (ProtocolError, RpcError, ConnectionLost)

@@ -32,6 +32,7 @@ from nri_resmgr.resmgr.model import (
     Update,
 )
 from nri_resmgr.resmgr.policy import Policy, PolicyEnv
+from nri_resmgr.resmgr.retry import UpdateRetry
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class ResourceManager:
         self.env = env
         self.spec = spec
         self._runtime: RuntimeUpdater | None = None
+        self.retry = UpdateRetry()
+        """The containers whose unsolicited update failed, re-sent by ``retry_failed_updates``."""
         self.reconfigure_hooks: list[ReconfigureHook] = []
         """Asked first on every reconfigure: each may refuse; each is told the outcome."""
         policy.setup(spec, env)
@@ -104,21 +107,36 @@ class ResourceManager:
 
     def attach_runtime(self, runtime: RuntimeUpdater | None) -> None:
         self._runtime = runtime
+        # Retries belong to one connection: the next one's Synchronize covers them.
+        self.retry.clear()
 
     async def send_updates(self, updates: Sequence[Update]) -> list[Update]:
-        """Push policy-initiated updates to the runtime, if one is connected."""
+        """Push policy-initiated updates to the runtime, if one is connected; the policy is
+        told of those the runtime did not apply, and they are retried (``self.retry``)."""
         if not updates:
             return []
         if self._runtime is None:
             log.warning("no runtime connected; %d container updates deferred", len(updates))
             return list(updates)
         failed = await self._runtime.update_containers(updates)
-        for u in failed:
-            log.warning("runtime failed to update container %s", u.container_id)
         if failed:
+            ids = [u.container_id for u in failed]
             async with self.lock:
-                self.policy.updates_failed([u.container_id for u in failed])
+                self.policy.updates_failed(ids)
+            self.retry.failed(ids)
         return failed
+
+    async def retry_failed_updates(self) -> None:
+        """Re-send failed updates with backoff until cancelled: the NRI session runs it in
+        its nursery for as long as its connection lives."""
+        await self.retry.run(self._resend)
+
+    async def _resend(self, container_ids: Sequence[str]) -> set[str]:
+        # The policy's state is read under the lock; the runtime is waited on without it.
+        async with self.lock:
+            updates = self.policy.retry_updates(container_ids)
+        await self.send_updates(updates)
+        return {u.container_id for u in updates}
 
     # -- NRI requests ---------------------------------------------------------------------
     # One synchronous body per event, run with ``self.lock`` held by the caller: the NRI

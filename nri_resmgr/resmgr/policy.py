@@ -82,6 +82,12 @@ class Policy(Protocol):
         """The runtime did not apply the updates sent for these containers: the policy's view
         of their cpusets must not claim what the runtime does not hold."""
 
+    def retry_updates(self, container_ids: Sequence[str]) -> list[Update]:
+        """Updates to send again to these containers, whose last update failed
+        (``updates_failed``): what the policy wants for each of them now, recorded as sent.
+        None for a container the policy no longer places or whose state was sent since; the
+        list may carry updates the policy owes other containers."""
+
     def dra_devices(self) -> list[Device]:
         """The devices this policy offers through DRA (published in the ResourceSlice)."""
 
@@ -158,6 +164,9 @@ class PolicyBase:
 
     def updates_failed(self, container_ids: Sequence[str]) -> None:
         pass
+
+    def retry_updates(self, container_ids: Sequence[str]) -> list[Update]:
+        return []
 
     def dra_devices(self) -> list[Device]:
         return []

@@ -341,6 +341,10 @@ class BalloonsPolicy(HardwarePolicy):
         for cid in container_ids:
             self.state.hold(cid, None, None)
 
+    def retry_updates(self, container_ids: Sequence[str]) -> list[Update]:
+        # updates_failed left their sets unknown: refresh sends what their balloons want now.
+        return self.state.refresh()
+
     # -- exports --------------------------------------------------------------------------
 
     def gauges(self) -> list[PolicyGauge]:

@@ -295,6 +295,10 @@ class TopologyAwarePolicy(HardwarePolicy):
     def updates_failed(self, container_ids: Sequence[str]) -> None:
         self.engine.resend(container_ids)
 
+    def retry_updates(self, container_ids: Sequence[str]) -> list[Update]:
+        # resend left their cpusets unknown: refresh sends what they should have now.
+        return self.engine.refresh()
+
     # -- DRA ------------------------------------------------------------------------------
 
     def dra_devices(self) -> list[Device]:
