@@ -102,7 +102,8 @@ class PluginSession:
                 update_timeout(self.handlers.runtime.request_timeout),
             )
         except (RpcError, ConnectionLost, ProtocolError) as exc:
-            log.warning("UpdateContainers of %d containers failed: %s", len(updates), exc)
+            # At info: the retry (nri_resmgr.resmgr.retry) warns once per container.
+            log.info("UpdateContainers of %d containers failed: %s", len(updates), exc)
             return list(updates)
         return [convert.update_from_proto(u) for u in reply.failed]
 
