@@ -269,7 +269,8 @@ def registry_metrics() -> list[Metric]:
 
     out = []
     for instrument in (prom.NRI_REQUESTS, prom.NRI_LATENCY, prom.DRA_REQUESTS,
-                       prom.DRA_LATENCY, prom.CONFIG_RELOADS, prom.CONFIG_GENERATION):  # fmt: skip
+                       prom.DRA_LATENCY, prom.UPDATE_RETRIES, prom.CONFIG_RELOADS,
+                       prom.CONFIG_GENERATION):  # fmt: skip
         (family,) = instrument.describe()
         suffix = "_total" if family.type == "counter" else ""
         labels = tuple(instrument._labelnames)  # no public accessor for the label names
