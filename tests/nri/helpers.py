@@ -54,6 +54,29 @@ class PinningPolicy(TemplatePolicy):
         return [Update("survivor", Adjustment(cpuset_cpus="0-3"))]
 
 
+class WantingPolicy(PinningPolicy):
+    """Wants ``wanted[id]`` CPUs for a container (what ``retry_updates`` re-sends) and
+    records the containers whose updates failed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wanted: dict[str, str] = {}
+        self.failed: list[str] = []
+        self.told = trio.Event()
+        """Set at the first failure reported."""
+
+    def updates_failed(self, container_ids: Sequence[str]) -> None:
+        self.failed.extend(container_ids)
+        self.told.set()
+
+    def retry_updates(self, container_ids: Sequence[str]) -> list[Update]:
+        return [
+            Update(cid, Adjustment(cpuset_cpus=self.wanted[cid]))
+            for cid in container_ids
+            if cid in self.wanted
+        ]
+
+
 def make_manager(policy: TemplatePolicy | None = None) -> ResourceManager:
     return ResourceManager(policy or PinningPolicy(), TemplateSpec(), PolicyEnv())
 

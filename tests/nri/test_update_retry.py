@@ -8,7 +8,8 @@ nothing asserted about time).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,17 @@ async def create(manager: ResourceManager, name: str) -> tuple[Pod, Container]:
     return pod, ctr
 
 
+@asynccontextmanager
+async def retrying(manager: ResourceManager) -> AsyncIterator[None]:
+    """The retry loop runs (as the NRI session runs it) for the body, a day of virtual time
+    at most, then stops."""
+    with trio.fail_after(2 * A_DAY):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(manager.retry_failed_updates)
+            yield
+            nursery.cancel_scope.cancel()
+
+
 def runtime_cpus(p: TopologyAwarePolicy, cid: str) -> CpuSet | None:
     a = p.engine.allocation(cid)
     return None if a is None else a.cpus
@@ -79,16 +91,13 @@ async def test_a_failed_update_is_retried_until_the_container_has_the_policys_cu
     caplog.set_level(logging.DEBUG, logger="nri_resmgr.resmgr.retry")
     p, manager, runtime = setup(tmp_path, failures=3)
     _, be = await create(manager, "be")
-    with trio.fail_after(2 * A_DAY):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(manager.retry_failed_updates)
-            await manager.reconfigure(topology_spec(reserved="cpuset:3"))  # wants 0-2: fails
-            # It moves again before any retry: the retry sends where it is wanted now.
-            await manager.reconfigure(topology_spec(reserved="cpuset:2"))  # wants 0-1,3: fails
-            await runtime.called(4)  # the first retry fails, the second is applied
-            await trio.testing.wait_all_tasks_blocked()
-            assert manager.retry.pending() == []
-            nursery.cancel_scope.cancel()
+    async with retrying(manager):
+        await manager.reconfigure(topology_spec(reserved="cpuset:3"))  # wants 0-2: fails
+        # It moves again before any retry: the retry sends where it is wanted now.
+        await manager.reconfigure(topology_spec(reserved="cpuset:2"))  # wants 0-1,3: fails
+        await runtime.called(4)  # the first retry fails, the second is applied
+        await trio.testing.wait_all_tasks_blocked()
+        assert manager.retry.pending() == []
     assert runtime.calls == [[(be.id, "0-2")]] + [[(be.id, "0-1,3")]] * 3
     assert runtime.cpus == {be.id: "0-1,3"}
     assert runtime_cpus(p, be.id) == CpuSet.parse("0-1,3")  # the policy believes it now
@@ -103,16 +112,13 @@ async def test_a_container_removed_while_its_retries_are_pending_is_dropped(
 ) -> None:
     p, manager, runtime = setup(tmp_path, failures=10**6)
     pod, be = await create(manager, "be")
-    with trio.fail_after(2 * A_DAY):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(manager.retry_failed_updates)
-            await manager.reconfigure(topology_spec(reserved="cpuset:3"))
-            await runtime.called(2)  # the failure and one failed retry
-            async with manager.lock:  # as the NRI server runs RemoveContainer
-                assert manager.remove_container(pod, be) == []
-            await trio.sleep(A_DAY)
-            assert manager.retry.pending() == []
-            nursery.cancel_scope.cancel()
+    async with retrying(manager):
+        await manager.reconfigure(topology_spec(reserved="cpuset:3"))
+        await runtime.called(2)  # the failure and one failed retry
+        async with manager.lock:  # as the NRI server runs RemoveContainer
+            assert manager.remove_container(pod, be) == []
+        await trio.sleep(A_DAY)
+        assert manager.retry.pending() == []
     assert len(runtime.calls) == 2  # nothing was sent for it after its removal
     assert p.engine.allocation(be.id) is None
 
@@ -124,21 +130,18 @@ async def test_retries_of_an_update_that_keeps_failing_end_and_the_next_update_t
     has as failed, say) is not asked for ever; the policy still holds the cpuset as unknown."""
     p, manager, runtime = setup(tmp_path, failures=10**6)
     _, be = await create(manager, "be")
-    with trio.fail_after(2 * A_DAY):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(manager.retry_failed_updates)
-            await manager.reconfigure(topology_spec(reserved="cpuset:3"))
-            await trio.sleep(A_DAY)
-            assert len(runtime.calls) == 1 + GIVE_UP_AFTER
-            assert manager.retry.pending() == []
-            assert runtime_cpus(p, be.id) is None
-            errors = [r for r in caplog.records if r.levelno == logging.ERROR]
-            assert len(errors) == 1 and "giving up updating container" in errors[0].getMessage()
-            # The next update the policy makes includes it again, and retries start anew.
-            await manager.reconfigure(topology_spec(reserved="cpuset:2"))
-            assert runtime.calls[-1] == [(be.id, "0-1,3")]
-            assert manager.retry.pending() == [be.id]
-            nursery.cancel_scope.cancel()
+    async with retrying(manager):
+        await manager.reconfigure(topology_spec(reserved="cpuset:3"))
+        await trio.sleep(A_DAY)
+        assert len(runtime.calls) == 1 + GIVE_UP_AFTER
+        assert manager.retry.pending() == []
+        assert runtime_cpus(p, be.id) is None
+        errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 1 and "giving up updating container" in errors[0].getMessage()
+        # The next update the policy makes includes it again, and retries start anew.
+        await manager.reconfigure(topology_spec(reserved="cpuset:2"))
+        assert runtime.calls[-1] == [(be.id, "0-1,3")]
+        assert manager.retry.pending() == [be.id]
 
 
 async def test_a_container_moved_by_a_later_reply_is_not_sent_its_stale_cpuset(
@@ -146,17 +149,14 @@ async def test_a_container_moved_by_a_later_reply_is_not_sent_its_stale_cpuset(
 ) -> None:
     p, manager, runtime = setup(tmp_path, failures=1)
     _, be = await create(manager, "be")
-    with trio.fail_after(2 * A_DAY):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(manager.retry_failed_updates)
-            await manager.reconfigure(topology_spec(reserved="cpuset:3"))  # 0-2: fails
-            async with manager.lock:  # a CreateContainer whose reply moves "be" again
-                _, moved = manager.create_container(*guaranteed("g", 1000))
-            assert [u.container_id for u in moved] == [be.id]
-            runtime.cpus[be.id] = moved[0].adjustment.cpuset_cpus  # the runtime applies it
-            await trio.sleep(A_DAY)
-            assert manager.retry.pending() == []
-            nursery.cancel_scope.cancel()
+    async with retrying(manager):
+        await manager.reconfigure(topology_spec(reserved="cpuset:3"))  # 0-2: fails
+        async with manager.lock:  # a CreateContainer whose reply moves "be" again
+            _, moved = manager.create_container(*guaranteed("g", 1000))
+        assert [u.container_id for u in moved] == [be.id]
+        runtime.cpus[be.id] = moved[0].adjustment.cpuset_cpus  # the runtime applies it
+        await trio.sleep(A_DAY)
+        assert manager.retry.pending() == []
     assert runtime.calls == [[(be.id, "0-2")]]  # the stale 0-2 was never sent again
     assert runtime.cpus[be.id] == str(runtime_cpus(p, be.id))
 

@@ -5,7 +5,7 @@ the policy of failures too. Real time with a short backoff; nothing asserted abo
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
 import trio
@@ -18,31 +18,10 @@ from nri_resmgr.resmgr.retry import UpdateRetry
 from nri_resmgr.sim.connection import SimPlugin
 from nri_resmgr.sim.runtime import Simulator
 from tests.dra.conftest import wait_until
-from tests.nri.helpers import PinningPolicy, container, make_manager, pod, running_service
+from tests.nri.helpers import WantingPolicy, container, make_manager, pod, running_service
 from tests.nri.test_end_to_end import DialFailures
 
 GUARD = 20.0
-
-
-class WantingPolicy(PinningPolicy):
-    """Wants ``wanted[id]`` CPUs for a container, and records what the manager told it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.wanted: dict[str, str] = {}
-        self.failed: list[str] = []
-        self.told = trio.Event()
-
-    def updates_failed(self, container_ids: Sequence[str]) -> None:
-        self.failed.extend(container_ids)
-        self.told.set()
-
-    def retry_updates(self, container_ids: Sequence[str]) -> list[Update]:
-        return [
-            Update(cid, Adjustment(cpuset_cpus=self.wanted[cid]))
-            for cid in container_ids
-            if cid in self.wanted
-        ]
 
 
 class Gate:

@@ -10,38 +10,17 @@ containerd answers success again and the retry ends.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import trio
 
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.resmgr.model import Adjustment, Update
 from nri_resmgr.resmgr.retry import UpdateRetry
 from tests.dra.conftest import wait_until
-from tests.nri.helpers import PinningPolicy, make_manager, running_service
+from tests.nri.helpers import WantingPolicy, make_manager, running_service
 from tests.runtime.containerd import Containerd
 from tests.runtime.cri import BESTEFFORT, Cri
 
 LIMIT = 60.0
-
-
-class WantingPolicy(PinningPolicy):
-    """Wants ``wanted[id]`` for a container until told it was removed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.wanted: dict[str, str] = {}
-        self.failed: list[str] = []
-
-    def updates_failed(self, container_ids: Sequence[str]) -> None:
-        self.failed.extend(container_ids)
-
-    def retry_updates(self, container_ids: Sequence[str]) -> list[Update]:
-        return [
-            Update(cid, Adjustment(cpuset_cpus=self.wanted[cid]))
-            for cid in container_ids
-            if cid in self.wanted
-        ]
 
 
 async def test_containerd_skips_unknown_ids_and_a_failing_update_is_retried_until_it_is_gone(
