@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from nri_resmgr.cpuset import CpuSet
+from nri_resmgr.instrumentation import metrics
 from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Container, Pod, Update
@@ -80,6 +81,17 @@ async def retrying(manager: ResourceManager) -> AsyncIterator[None]:
             nursery.cancel_scope.cancel()
 
 
+def retries_counted() -> dict[str, float]:
+    """``nri_resmgr_nri_update_retries_total`` by outcome (metrics switched on)."""
+    prom = metrics.enable()
+    outcomes = ("failed", "ok", "dropped", "given_up")
+    return {o: prom.UPDATE_RETRIES.labels(o)._value.get() for o in outcomes}
+
+
+def counted_since(before: dict[str, float]) -> dict[str, float]:
+    return {k: v - before[k] for k, v in retries_counted().items() if v != before[k]}
+
+
 def runtime_cpus(p: TopologyAwarePolicy, cid: str) -> CpuSet | None:
     a = p.engine.allocation(cid)
     return None if a is None else a.cpus
@@ -91,6 +103,7 @@ async def test_a_failed_update_is_retried_until_the_container_has_the_policys_cu
     caplog.set_level(logging.DEBUG, logger="nri_resmgr.resmgr.retry")
     p, manager, runtime = setup(tmp_path, failures=3)
     _, be = await create(manager, "be")
+    before = retries_counted()
     async with retrying(manager):
         await manager.reconfigure(topology_spec(reserved="cpuset:3"))  # wants 0-2: fails
         # It moves again before any retry: the retry sends where it is wanted now.
@@ -105,6 +118,7 @@ async def test_a_failed_update_is_retried_until_the_container_has_the_policys_cu
     assert [lvl for lvl, _ in records] == ["WARNING", "INFO"]  # once each, not per failure
     assert "retrying with backoff" in records[0][1]
     assert "updated on retry 2" in records[1][1]
+    assert counted_since(before) == {"failed": 3, "ok": 1}
 
 
 async def test_a_container_removed_while_its_retries_are_pending_is_dropped(
@@ -112,6 +126,7 @@ async def test_a_container_removed_while_its_retries_are_pending_is_dropped(
 ) -> None:
     p, manager, runtime = setup(tmp_path, failures=10**6)
     pod, be = await create(manager, "be")
+    before = retries_counted()
     async with retrying(manager):
         await manager.reconfigure(topology_spec(reserved="cpuset:3"))
         await runtime.called(2)  # the failure and one failed retry
@@ -121,6 +136,7 @@ async def test_a_container_removed_while_its_retries_are_pending_is_dropped(
         assert manager.retry.pending() == []
     assert len(runtime.calls) == 2  # nothing was sent for it after its removal
     assert p.engine.allocation(be.id) is None
+    assert counted_since(before) == {"failed": 2, "dropped": 1}
 
 
 async def test_retries_of_an_update_that_keeps_failing_end_and_the_next_update_tries_again(
@@ -130,9 +146,11 @@ async def test_retries_of_an_update_that_keeps_failing_end_and_the_next_update_t
     has as failed, say) is not asked for ever; the policy still holds the cpuset as unknown."""
     p, manager, runtime = setup(tmp_path, failures=10**6)
     _, be = await create(manager, "be")
+    before = retries_counted()
     async with retrying(manager):
         await manager.reconfigure(topology_spec(reserved="cpuset:3"))
         await trio.sleep(A_DAY)
+        assert counted_since(before) == {"failed": 1 + GIVE_UP_AFTER, "given_up": 1}
         assert len(runtime.calls) == 1 + GIVE_UP_AFTER
         assert manager.retry.pending() == []
         assert runtime_cpus(p, be.id) is None
