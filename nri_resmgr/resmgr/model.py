@@ -208,6 +208,9 @@ class ClaimGrant:
     grouped: bool = False
     """Allocated from grouped devices (consumable capacity): its CPUs come from the CPUs set
     apart for grouped claims, which per-CPU claims never touch."""
+    devices: tuple[str, ...] = ()
+    """The names of this driver's devices the claim's allocation names (from its record), so
+    a policy whose devices mean more than CPUs (balloons: a balloon type) knows which."""
 
 
 def claim_refusal(pod: Pod, container: Container, grant: ClaimGrant) -> str | None:

@@ -174,6 +174,7 @@ class CpuDriver:
             record.key,
             self.cdi.device_id(record.uid),
             grouped=record.grouped,
+            devices=tuple(r.device for r in record.results),
         )
 
     # -- the Driver protocol ----------------------------------------------------------------

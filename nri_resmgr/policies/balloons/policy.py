@@ -20,6 +20,7 @@ from nri_resmgr.instrumentation.exports import PolicyGauge, TopologyZone
 from nri_resmgr.policies.balloons import cpuclasses, exports
 from nri_resmgr.policies.balloons.balloon import Balloon
 from nri_resmgr.policies.balloons.devices import close_cpus
+from nri_resmgr.policies.balloons.dra import ClaimBalloons, balloon_of, publishing
 from nri_resmgr.policies.balloons.keys import (
     CLASS_NOT_APPLIED,
     NOT_APPLIED,
@@ -40,8 +41,17 @@ from nri_resmgr.policies.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.policies.hardware import HardwarePolicy, reported_cpuset
 from nri_resmgr.policies.requests import container_request, milli_cpu_to_shares
 from nri_resmgr.policies.subject import container_subject
-from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
-from nri_resmgr.resmgr.policy import PolicyEnv
+from nri_resmgr.resmgr.model import (
+    Adjustment,
+    ClaimGrant,
+    Container,
+    ContainerState,
+    Device,
+    Pod,
+    Resources,
+    Update,
+)
+from nri_resmgr.resmgr.policy import ClaimError, PolicyEnv
 from nri_resmgr.shorten import shorten
 from nri_resmgr.sysfs import MemoryType, System
 from nri_resmgr.sysfs.caches import shared_caches
@@ -58,6 +68,9 @@ class BalloonsPolicy(HardwarePolicy):
         self._matcher: Matcher | None = None
         self._cpufreq: CpuFreqControl | None = None
         self._classes: dict[str, FreqClass] = {}
+        self._claims = ClaimBalloons()
+        self._published: list[Device] | None = None
+        """The devices as last announced (``devices_changed``), to call it only on change."""
 
     @property
     def state(self) -> Balloons:
@@ -78,7 +91,7 @@ class BalloonsPolicy(HardwarePolicy):
         self._state, self._matcher = self._build(spec)
         self._create_min_balloons(self._state)
         self._classes = cpuclasses.freq_classes(self._state.spec)
-        self._control()
+        self._after_decision()
 
     def _control(self) -> None:
         """The CPU-class control step, after every decision: frequency files follow the
@@ -88,6 +101,16 @@ class BalloonsPolicy(HardwarePolicy):
                 return
             self._cpufreq = CpuFreqControl(self.env.host_root, self.system)
         self._cpufreq.apply(*cpuclasses.assignments(self.state, self._classes))
+
+    def _after_decision(self) -> None:
+        """The control step, and the slice republished when the devices changed."""
+        self._control()
+        if self._state is None or (not publishing(self._state) and not self._published):
+            return
+        devices = self._claims.devices(self._state)
+        if devices != self._published:
+            self._published = devices
+            self.devices_changed()
 
     def _build(self, spec: PolicySpec) -> tuple[Balloons, Matcher]:
         if not isinstance(spec, BalloonsSpec):
@@ -147,6 +170,10 @@ class BalloonsPolicy(HardwarePolicy):
 
     def reconfigure(self, spec: PolicySpec) -> list[Update]:
         state, matcher = self._build(spec)
+        try:
+            self._claims.install(state)
+        except ClaimError as e:
+            raise ConfigError(f"spec.balloonTypes: {e} (unprepare the claim first)") from e
         lives = []
         held: dict[str, tuple[CpuSet | None, CpuSet | None]] = {}
         for a in self.state.members:
@@ -168,7 +195,7 @@ class BalloonsPolicy(HardwarePolicy):
             self._state, self._matcher = old
             raise
         self._classes = cpuclasses.freq_classes(state.spec)
-        self._control()
+        self._after_decision()
         return updates
 
     # -- synchronization ------------------------------------------------------------------
@@ -185,8 +212,12 @@ class BalloonsPolicy(HardwarePolicy):
             lives.append(self._live(self.matcher, pod, c, cpus, mems, running=True))
         # Start from empty balloons: the running containers say where the balloons are.
         self._state, _ = self._build(self.state.spec)
+        try:
+            self._claims.install(self._state)
+        except ClaimError as e:  # the configuration is the one the claims were checked in
+            log.error("DRA claims' balloons not rebuilt: %s", e)
         updates = self._restore(lives)
-        self._control()
+        self._after_decision()
         log.info("synchronized %d containers, %d updates", len(lives), len(updates))
         return updates
 
@@ -202,7 +233,11 @@ class BalloonsPolicy(HardwarePolicy):
         ``held``: what the runtime holds per container, where it is not the live's cpuset."""
         state = self.state
         lives = sorted(lives, key=lambda live: live.container.id)
-        leftovers = rebuild(state, lives, self.matcher.by_name(DEFAULT))
+        # A claim's containers go to its balloon, whatever type they would match.
+        joined = [(live, self._join_claim(live)) for live in lives]
+        unbound = [live for live, b in joined if b is None]
+        lives = [live if b is None else attrs.evolve(live, type=b.type) for live, b in joined]
+        leftovers = rebuild(state, unbound, self.matcher.by_name(DEFAULT))
         self._create_min_balloons(state)
         # Containers that held CPUs were placed before the ones the runtime reports
         # unpinned (pinCPU off, or never pinned): placing those first could take the CPUs
@@ -254,9 +289,11 @@ class BalloonsPolicy(HardwarePolicy):
         if self._preserved(pod, container):
             return Adjustment(), []
         state = self.state
-        live = self._live(self.matcher, pod, container, None, None)
         state.leave(container.id)
-        b = self._place(live)
+        live = self._claim_live(pod, container)
+        b = self._join_claim(live) or self._place(
+            self._live(self.matcher, pod, container, None, None)
+        )
         res = container.resources or Resources()
         cpus, mems = state.desired(
             b, state.free(), container.id, reported_cpuset(res.cpuset_mems, container)
@@ -269,7 +306,7 @@ class BalloonsPolicy(HardwarePolicy):
             cpu_shares=milli_cpu_to_shares(live.request),
         )
         updates = state.refresh(skip=container.id)
-        self._control()
+        self._after_decision()
         return adjustment, updates
 
     def _place(self, live: Live) -> Balloon:
@@ -330,11 +367,87 @@ class BalloonsPolicy(HardwarePolicy):
         if self.state.leave(container.id) is None:
             return []
         updates = self.state.refresh()
-        self._control()
+        self._after_decision()
         return updates
 
     def remove_container(self, pod: Pod, container: Container) -> list[Update]:
+        self._claims.forget(container.id)
         return self.stop_container(pod, container)
+
+    # -- DRA ------------------------------------------------------------------------------
+
+    def _claim_live(self, pod: Pod, c: Container) -> Live:
+        """``c`` as a Live of no particular type yet (``_join_claim`` decides)."""
+        t = self.matcher.by_name(DEFAULT)
+        assert t is not None
+        return Live(pod, c, t, container_request(pod, c).cpu_request, None, None)
+
+    def _join_claim(self, live: Live) -> Balloon | None:
+        """Put ``live`` in the balloon of the claim it is proven to hold; None if none."""
+        if not live.container.claims:
+            return None
+        uid = self._claims.binding(live.pod, live.name, live.container)
+        b = None if uid is None else balloon_of(self.state, uid)
+        if b is None:
+            return None
+        self.state.join(b, attrs.evolve(live, type=b.type).allocation(), live.pod.namespace)
+        self._remember_settings(attrs.evolve(live, type=b.type))
+        log.info("%s: runs in balloon %s of DRA claim %s", live.name, b.name, uid)
+        return b
+
+    def dra_devices(self) -> list[Device]:
+        return self._claims.devices(self.state)
+
+    def pick_claim_cpus(
+        self, asks: Sequence[tuple[CpuSet, int]], claim: ClaimGrant | None = None
+    ) -> CpuSet:
+        if claim is None:
+            raise ClaimError("balloons: a claim's devices are needed to pick its CPUs")
+        return self._claims.pick(self.state, asks, claim)
+
+    def claim_cpus(self, claim: ClaimGrant) -> list[Update]:
+        state = self.state
+        held = self._claims.grants.get(claim.uid)
+        if held == claim:
+            return []
+        if held is not None:
+            raise ClaimError(f"claim {claim.uid} is already prepared with cpus {held.cpus}")
+        scope = self._claims.check(state, claim)
+        b = self._claims.add(state, claim, scope)
+        for other in state.balloons:
+            if not other.claim:
+                state.fit(other)  # an empty native balloon that gave CPUs up takes others
+        # Containers already running with the claim's variables move into its balloon.
+        for a in list(state.members):
+            if a.pod is not None and a.container is not None and claim.uid in a.container.claims:
+                state.leave(a.container_id)
+                self._join_claim(self._claim_live(a.pod, a.container))
+        log.info("DRA claim %s: balloon %s with cpus %s", claim.uid, b.name, b.cpus)
+        updates = state.refresh()
+        self._after_decision()
+        return updates
+
+    def release_claim(self, claim_uid: str) -> list[Update]:
+        state = self.state
+        b = balloon_of(state, claim_uid)
+        members = [m for m in (state.members.get(cid) for cid in list(b.members)) if m] if b else []
+        for m in members:
+            state.leave(m.container_id)
+        if self._claims.remove(state, claim_uid) is None:
+            return []
+        for m in members:
+            if m.pod is None or m.container is None:
+                continue
+            # Still running (unprepare came first): placed as if it named no claim.
+            live = self._live(self.matcher, m.pod, m.container, None, None, running=True)
+            try:
+                self._place(live)
+            except (BalloonsError, PlacementError) as e:
+                log.error("%s: %s; left as the runtime has it", live.name, e)
+        log.info("DRA claim %s: balloon removed, cpus %s free", claim_uid, b.cpus if b else "")
+        updates = state.refresh()
+        self._after_decision()
+        return updates
 
     def updates_failed(self, container_ids: Sequence[str]) -> None:
         # What those containers hold is unknown now: the next refresh sends it again.
