@@ -17,8 +17,11 @@ BALLOONS_DRIVER = "balloons.nri.io"
 
 FAST = BalloonType(name="fast", max_cpus=4, dra=BalloonTypeDra(publish=True))
 WIDE = BalloonType(
-    name="wide", max_cpus=8, allocator_priority="low", dra=BalloonTypeDra(publish=True, group_by="socket")
-)  # fmt: skip
+    name="wide",
+    max_cpus=8,
+    allocator_priority="low",
+    dra=BalloonTypeDra(publish=True, group_by="socket"),
+)
 NATIVE = BalloonType(name="native", max_cpus=4)
 
 
