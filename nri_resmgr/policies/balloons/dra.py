@@ -189,9 +189,11 @@ class ClaimBalloons:
                 f"claim {uid}: cpus {cpus - scope.cpus} are outside device {scope.name} "
                 f"(cpus {scope.cpus})"
             )
+        # An empty native balloon gives CPUs up (a restore meets the minBalloons ones a
+        # fresh start placed anywhere); one with members, or a claim's, does not.
         for b in state.balloons:
             overlap = b.cpus & cpus
-            if overlap and (b.claim or b.members or b.type.name == "reserved"):
+            if overlap and (b.claim or b.members):
                 owner = f"claim {b.claim}" if b.claim else f"balloon {b.name}"
                 raise ClaimError(f"claim {uid}: cpus {overlap} are held by {owner}")
         self._check_room(state, scope, uid)
