@@ -10,8 +10,7 @@ import attrs
 
 from nri_resmgr.config.expressions import evaluate, expand
 from nri_resmgr.config.models import BalloonsSpec, BalloonType, PolicySpec
-from nri_resmgr.config.notapplied import in_use, report, say_once
-from nri_resmgr.config.values import CpuList, CpusExcept
+from nri_resmgr.config.notapplied import report
 from nri_resmgr.control import CpuFreqControl, FreqClass
 from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
@@ -22,9 +21,13 @@ from nri_resmgr.policies.balloons.balloon import Balloon
 from nri_resmgr.policies.balloons.devices import close_cpus
 from nri_resmgr.policies.balloons.dra import ClaimBalloons, balloon_of, publishing
 from nri_resmgr.policies.balloons.keys import (
-    CLASS_NOT_APPLIED,
     NOT_APPLIED,
     NOT_APPLIED_CONSTRAINTS,
+)
+from nri_resmgr.policies.balloons.loading import (
+    check_memory_types,
+    report_class_keys,
+    reserved_type,
 )
 from nri_resmgr.policies.balloons.preferences import BalloonPreferences, preferences_of
 from nri_resmgr.policies.balloons.restore import Live, rebuild
@@ -117,14 +120,14 @@ class BalloonsPolicy(HardwarePolicy):
             raise ConfigError(
                 f"spec: balloons needs a BalloonsPolicy spec, got {type(spec).__name__}"
             )
-        _check_memory_types(spec)
+        check_memory_types(spec)
         self._check_cpu_classes_writable(spec)
         types = balloon_types(spec)
         report(spec, (*NOT_APPLIED, *NOT_APPLIED_CONSTRAINTS))
-        _report_class_keys(spec)
+        report_class_keys(spec)
         allowed = allowed_cpus(self.system, spec.available_resources)
         reserved = reserved_cpus(self.system, spec.reserved_resources, allowed)
-        types, reserved = _reserved_type(spec, types, reserved)
+        types, reserved = reserved_type(spec, types, reserved)
         matcher = Matcher(tuple(types), spec.reserved_pool_namespaces)
         devices = {}
         for d in {d for t in types for d in t.prefer_close_to_devices}:
@@ -463,45 +466,10 @@ class BalloonsPolicy(HardwarePolicy):
         return exports.zones(self.state) if self._state else []
 
 
-def _reserved_type(
-    spec: BalloonsSpec, types: list[BalloonType], reserved: CpuSet
-) -> tuple[list[BalloonType], CpuSet]:
-    """The reserved type as upstream completes it. A reserved cpuset is the reserved
-    balloon's start (and its minCPUs unless set); a quantity is only its minCPUs, the
-    CPUs are chosen like any balloon's (then no CPU is reserved as such)."""
-    cpu = spec.reserved_resources.cpu
-    is_set = isinstance(cpu, CpuList | CpusExcept)
-    out = []
-    for t in types:
-        if t.name == RESERVED:
-            if is_set:
-                t = attrs.evolve(
-                    t, allocator_priority="normal", min_cpus=t.min_cpus or len(reserved)
-                )
-            elif t.min_cpus and t.min_cpus != len(reserved):
-                raise ConfigError(
-                    f"spec.balloonTypes: reserved minCPUs {t.min_cpus} does not match "
-                    f"reservedResources.cpu {cpu.text if cpu else ''!r}"
-                )
-            else:
-                t = attrs.evolve(t, min_cpus=len(reserved))
-        out.append(t)
-    return out, (reserved if is_set else CpuSet())
-
-
 def _hide_hyperthreads(prefs: BalloonPreferences, t: BalloonType) -> bool:
     """The hide-hyperthreads annotation, else the balloon type's hideHyperthreads."""
     value = prefs.hide_hyperthreads
     return value if value is not None else bool(t.hide_hyperthreads)
-
-
-def _check_memory_types(spec: BalloonsSpec) -> None:
-    for i, t in enumerate(spec.balloon_types):
-        try:
-            if t.memory_types:
-                MemoryType.parse(",".join(t.memory_types))
-        except ValueError as e:
-            raise ConfigError(f"spec.balloonTypes[{i}].memoryTypes: {e}") from e
 
 
 def _memory_type_annotation(prefs: BalloonPreferences, live: Live) -> MemoryType | None:
@@ -515,11 +483,3 @@ def _memory_type_annotation(prefs: BalloonPreferences, live: Live) -> MemoryType
     except ValueError as e:
         log.error("%s: ignoring annotation memory-type: %s", live.name, shorten(str(e)))
         return None
-
-
-def _report_class_keys(spec: BalloonsSpec) -> None:
-    """The CPU class keys the control step does not write, said once each when a class sets one."""
-    paths = [f"spec.{k}" for k in CLASS_NOT_APPLIED]
-    for c in spec.control.cpu.classes.values():
-        for path in in_use(c, paths):
-            say_once(f"spec.control.cpu.classes.<name>.{path.removeprefix('spec.')}")
