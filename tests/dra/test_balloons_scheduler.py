@@ -1,14 +1,17 @@
-"""Balloon-type claims against the real kube-apiserver and kube-scheduler v1.37.2 (issue 38
-item 4).
+"""Balloon-type claims against the real kube-apiserver and kube-scheduler v1.37.2 and
+kubelet's own DRA code (issue 38 item 4).
 
 The balloons policy on the synthetic n4c128 machine (2 sockets, 4 NUMA nodes of 32 CPUs, CPU 0
 reserved) publishes two types: ``fast`` (maxCPUs 8, one device per NUMA node) and ``wide``
 (maxCPUs 64, hideHyperthreads, one device per socket); ``web`` is a native type. The daemon's
 own ``SlicePublisher`` and CPU driver publish them, wired as the daemon wires them (the
-policy's ``devices_changed`` triggers the publisher). Claims select a type and a NUMA node or
+policy's ``devices_changed`` triggers the publisher), served by the kubelet-plugin layer on
+unix sockets that ``kubelet-dra-peer`` (kubelet's plugin manager and DRA manager,
+k8s.io/kubernetes v1.35.4) finds, registers and calls. Claims select a type and a NUMA node or
 socket by CEL and ask CPUs by ``capacity.requests``; the scheduler allocates them, the pod is
-bound, and the daemon's claim service prepares the allocation read from the API server: each
-gets a balloon of its type with exactly the consumed CPUs where the device says. A claim the
+bound, and kubelet prepares the pod through our plugin: each claim gets a balloon of its type
+with exactly the consumed CPUs where the device says, and the container the CDI id whose
+spec pins it there; kubelet's unprepare removes the balloon. A claim the
 node cannot host (above maxCPUs, a type nobody publishes, more than is left once the slice
 was republished after other claims) stays unschedulable, without the allocation timeout.
 """
@@ -16,6 +19,9 @@ was republished after other claims) stays unschedulable, without the allocation 
 from __future__ import annotations
 
 import contextlib
+import json
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -28,20 +34,20 @@ import trio
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.config.models import BalloonType, BalloonTypeDra, DraConfig
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.dra.kubeletplugin.claims import ClaimRef
-from nri_resmgr.dra.kubeletplugin.node_service import ClaimService
-from nri_resmgr.dra.kubeletplugin.publisher import SlicePublisher
+from nri_resmgr.dra.kubeletplugin import KubeletPlugin, SlicePublisher
 from nri_resmgr.kube import AlreadyExists, KubeClient
 from nri_resmgr.kube.resources import NAMESPACES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from nri_resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.policies.balloons.balloon import Balloon
 from nri_resmgr.policies.balloons.dra import balloon_of
 from nri_resmgr.policies.balloons.state import balloon_mems
+from nri_resmgr.resmgr.model import claim_env_name
 from nri_resmgr.sim.machine import MACHINES as LAYOUTS
 from nri_resmgr.sim.synthetic import write_sysfs
 from tests.dra import chain
 from tests.dra.balloon_setup import BALLOONS_DRIVER as DRIVER
 from tests.dra.claim_setup import NODE, Node, make_node
+from tests.dra.kubelet_peer import KubeletPeer, kubelet_peer, peer_binary
 from tests.dra.scheduler import Scheduler, schedulable_node, scheduler_versions, start_scheduler
 from tests.dra.test_grouped_scheduler import unschedulable
 from tests.kube.apiserver import ApiServer, start_apiserver
@@ -79,14 +85,28 @@ def scheduler(
         running.stop()
 
 
+@pytest.fixture(scope="session")
+def kubelet_binary() -> Path:
+    return peer_binary()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    # Unix socket paths must stay short; pytest's tmp_path may be too long.
+    root = Path(tempfile.mkdtemp(prefix="bdra-"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @attrs.define
 class Cluster:
     client: KubeClient
     ns: str
     node: Node
-    service: ClaimService
+    kubelet: KubeletPeer
     scheduler: Scheduler
-    publisher: SlicePublisher
 
     @property
     def policy(self) -> BalloonsPolicy:
@@ -96,7 +116,12 @@ class Cluster:
 
 @pytest.fixture
 async def cluster(
-    apiserver: ApiServer, scheduler: Scheduler, tmp_path: Path
+    aio_loop: object,  # grpclib's asyncio, under trio
+    apiserver: ApiServer,
+    scheduler: Scheduler,
+    kubelet_binary: Path,
+    tmp_path: Path,
+    short_dir: Path,
 ) -> AsyncIterator[Cluster]:
     write_sysfs(tmp_path, LAYOUTS["n4c128"])
     spec = balloons_spec("cpuset:0", dra=DraConfig(enabled=True), balloon_types=TYPES)
@@ -112,10 +137,19 @@ async def cluster(
             client, node.driver.devices, DRIVER, NODE, backoff=Backoff(initial=0.1, maximum=1)
         )
         node.policy.devices_changed = publisher.trigger  # as nri_resmgr.dra.setup wires it
-        async with trio.open_nursery() as nursery:
-            await nursery.start(publisher.run)
-            service = ClaimService(node.driver, DRIVER, client)
-            yield Cluster(client, ns, node, service, scheduler, publisher)
+        plugin = KubeletPlugin(
+            node.driver, DRIVER, client, short_dir / "plugins", short_dir / "registry",
+            publisher=publisher, cdi_dir=node.cdi_dir,
+        )  # fmt: skip
+        peer = kubelet_peer(kubelet_binary, kubeconfig=apiserver.kubeconfig, node=NODE,
+                            registry=short_dir / "registry", state=short_dir / "kubelet",
+                            log=tmp_path / "kubelet.log")  # fmt: skip
+        (short_dir / "registry").mkdir()
+        async with peer as kubelet, trio.open_nursery() as nursery:
+            await plugin.start(nursery)
+            await kubelet.wait_plugin(DRIVER)
+            yield Cluster(client, ns, node, kubelet, scheduler)
+            await plugin.stop()
             nursery.cancel_scope.cancel()
 
 
@@ -138,18 +172,28 @@ async def submit(c: Cluster, name: str, cpus: int, balloon_type: str, where: str
     await c.client.create(PODS, chain.pod(name, name, cpus), c.ns)
 
 
-async def scheduled_and_prepared(c: Cluster, name: str) -> tuple[JSON, Balloon]:
-    """The claim as allocated, and the balloon Prepare made for it."""
+async def scheduled_and_prepared(c: Cluster, name: str) -> tuple[JSON, Balloon, JSON]:
+    """The claim as allocated, the balloon kubelet's Prepare made for it, the bound pod."""
     with trio.fail_after(30):
-        while not (await c.client.get(PODS, name, c.ns))["spec"].get("nodeName"):
+        while not (pod := await c.client.get(PODS, name, c.ns))["spec"].get("nodeName"):
             await trio.sleep(0.01)
     claim = await chain.allocated(c.client, c.ns, name)
-    ref = ClaimRef(claim["metadata"]["uid"], c.ns, name)
-    [outcome] = (await c.service.prepare([ref])).values()
-    assert outcome.error == ""
-    b = balloon_of(c.policy.state, ref.uid)
+    uid = claim["metadata"]["uid"]
+    prepared = await c.kubelet.prepare(pod)
+    assert f"{DRIVER}/cpu=claim-{uid}" in prepared["cdi_devices"]["app"], prepared
+    b = balloon_of(c.policy.state, uid)
     assert b is not None
-    return claim, b
+    assert cdi_cpus(c, uid) == b.cpus  # what the container is pinned to
+    return claim, b, pod
+
+
+def cdi_cpus(c: Cluster, uid: str) -> CpuSet:
+    """The cpuset the claim's CDI spec injects."""
+    [spec_file] = c.node.cdi_dir.glob(f"*-cpu_claim-{uid}.json")
+    [device] = json.loads(spec_file.read_text())["devices"]
+    prefix = claim_env_name(uid) + "="
+    [value] = [e[len(prefix) :] for e in device["containerEdits"]["env"] if e.startswith(prefix)]
+    return CpuSet.parse(value)
 
 
 async def stays_unschedulable(c: Cluster, name: str) -> None:
@@ -189,7 +233,7 @@ async def test_balloon_type_claims_are_allocated_prepared_and_refused_where_they
     seen = []
 
     await submit(c, "fast4", 4, "fast", "numaNode == 2")
-    claim, fast = await scheduled_and_prepared(c, "fast4")
+    claim, fast, _ = await scheduled_and_prepared(c, "fast4")
     [result] = claim["status"]["allocation"]["devices"]["results"]
     assert (result["pool"], result["device"], result["consumedCapacity"]) == (
         NODE,
@@ -203,7 +247,7 @@ async def test_balloon_type_claims_are_allocated_prepared_and_refused_where_they
     # The slice is republished: socket 1 offers 4 CPUs less to a new wide balloon.
     await published_capacity(c, "wide-socket1", 60)
     await submit(c, "wide40", 40, "wide", "socketID == 1")
-    claim, wide = await scheduled_and_prepared(c, "wide40")
+    claim, wide, wide_pod = await scheduled_and_prepared(c, "wide40")
     [result] = claim["status"]["allocation"]["devices"]["results"]
     assert (result["device"], result["consumedCapacity"]) == ("wide-socket1", {"cpu": "40"})
     assert len(wide.cpus) == 40 and wide.cpus.issubset(CpuSet(range(64, 128)))
@@ -221,16 +265,16 @@ async def test_balloon_type_claims_are_allocated_prepared_and_refused_where_they
 
     # A whole-NUMA-node-sized wide claim on socket 0 (CPU 0 reserved: 63 offered).
     await submit(c, "wide32", 32, "wide", "socketID == 0")
-    claim, wide0 = await scheduled_and_prepared(c, "wide32")
+    claim, wide0, _ = await scheduled_and_prepared(c, "wide32")
     [result] = claim["status"]["allocation"]["devices"]["results"]
     assert result["device"] == "wide-socket0" and 0 not in wide0.cpus
     seen.append(described(c, result, wide0))
     print(f"\nballoons, kube-scheduler {VERSION}:\n  " + "\n  ".join(seen))
 
-    # Unprepare gives the CPUs back and the slice says so.
+    # kubelet's unprepare removes the balloon, the CPUs are free and the slice says so.
     uid = (await c.client.get(RESOURCE_CLAIMS, "wide40", c.ns))["metadata"]["uid"]
-    await c.service.unprepare([ClaimRef(uid, c.ns, "wide40")])
-    assert balloon_of(c.policy.state, uid) is None
+    await c.kubelet.unprepare(wide_pod)
+    assert balloon_of(c.policy.state, uid) is None and wide.cpus.issubset(c.policy.state.free())
     await published_capacity(c, "wide-socket1", 60)
     for name in ("fast4", "wide40", "wide21", "fast9", "nope", "wide32"):
         await chain.release(c.client, c.ns, name, name)
