@@ -6,7 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nri_resmgr.config.models import BalloonType, BalloonTypeDra, DraConfig, PolicySpec
+from nri_resmgr.config.models import (
+    BalloonType,
+    BalloonTypeDra,
+    ControlConfig,
+    CpuClass,
+    CpuControl,
+    DraConfig,
+    PolicySpec,
+)
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.policies.balloons.balloon import Balloon
@@ -46,6 +54,26 @@ def balloon_claim(uid: str, device: str, cpus: int | str, **kw: Any) -> dict[str
         uid, [device], driver=BALLOONS_DRIVER, shareID=f"share-{uid[-2:]}",
         consumedCapacity={"cpu": str(cpus)}, **kw,
     )  # fmt: skip
+
+
+TURBO_KHZ, BASE_KHZ = 3_500_000, 2_000_000
+
+
+def turbo_control() -> ControlConfig:
+    """A CPU class ``turbo`` (cpufreq scaling_max_freq)."""
+    return ControlConfig(cpu=CpuControl(classes={"turbo": CpuClass(max_freq=TURBO_KHZ)}))
+
+
+def write_max_freq(root: Path, cpus: range) -> None:
+    """cpufreq scaling_max_freq files at ``BASE_KHZ`` under ``root``'s sysfs."""
+    for cpu in cpus:
+        d = root / f"sys/devices/system/cpu/cpu{cpu}/cpufreq"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "scaling_max_freq").write_text(f"{BASE_KHZ}\n")
+
+
+def max_freq(root: Path, cpu: int) -> int:
+    return int((root / f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_max_freq").read_text())
 
 
 def claim_balloons(node: Node) -> dict[str, Balloon]:

@@ -17,18 +17,24 @@ from nri_resmgr.errors import ConfigError
 from nri_resmgr.policies.balloons.dra import device_name
 from nri_resmgr.resmgr.model import Container, Pod
 from tests.dra.balloon_setup import (
+    BASE_KHZ,
     FAST,
     NATIVE,
+    TURBO_KHZ,
     WIDE,
     balloon_claim,
     balloons_node,
     capacities,
     claim_balloons,
     dra_balloons_spec,
+    max_freq,
     native_cpus,
+    turbo_control,
+    write_max_freq,
 )
 from tests.dra.claim_setup import Node, with_claim_env
 from tests.policies.workload import besteffort
+from tests.sysfs.fakesys import N4C16, write_sysfs
 
 UID = "0b6f1c2e-9d4a-4e57-8a3b-2c1d5e6f7a80"
 OTHER = "0b6f1c2e-9d4a-4e57-8a3b-2c1d5e6f7a81"
@@ -103,6 +109,20 @@ async def test_prepare_makes_a_balloon_of_the_type_with_exactly_the_consumed_cpu
     native = node.runtime.create(annotated("nat", "fast"))
     assert cpus_of(node, native.id).isdisjoint(b.cpus)
     assert b.cpus.isdisjoint(native_cpus(node))
+
+
+async def test_the_claims_balloon_gets_its_types_cpu_class(tmp_path: Path) -> None:
+    write_sysfs(tmp_path, N4C16)
+    write_max_freq(tmp_path, range(16))
+    turbo = attrs.evolve(FAST, cpu_class="turbo")
+    node = balloons_node(tmp_path, dra_balloons_spec(turbo, NATIVE, control=turbo_control()))
+    assert await prepare(node, UID, "fast-numa1", 2) == ""
+    [b] = claim_balloons(node).values()
+    assert {cpu: max_freq(tmp_path, cpu) for cpu in b.cpus} == dict.fromkeys(b.cpus, TURBO_KHZ)
+    others = set(range(16)) - set(b.cpus)
+    assert {max_freq(tmp_path, cpu) for cpu in others} == {BASE_KHZ}
+    await node.preparer.unprepare([node.ref(UID)])
+    assert {max_freq(tmp_path, cpu) for cpu in range(16)} == {BASE_KHZ}  # restored
 
 
 async def test_a_forged_claim_variable_does_not_get_the_claims_balloon(tmp_path: Path) -> None:

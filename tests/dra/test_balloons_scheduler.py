@@ -2,8 +2,9 @@
 kubelet's own DRA code (issue 38 item 4).
 
 The balloons policy on the synthetic n4c128 machine (2 sockets, 4 NUMA nodes of 32 CPUs, CPU 0
-reserved) publishes two types: ``fast`` (maxCPUs 8, one device per NUMA node) and ``wide``
-(maxCPUs 64, hideHyperthreads, one device per socket); ``web`` is a native type. The daemon's
+reserved) publishes two types: ``fast`` (maxCPUs 8, CPU class ``turbo``, one device per NUMA
+node) and ``wide`` (maxCPUs 64, hideHyperthreads, one device per socket); ``web`` is a native
+type. The daemon's
 own ``SlicePublisher`` and CPU driver publish them, wired as the daemon wires them (the
 policy's ``devices_changed`` triggers the publisher), served by the kubelet-plugin layer on
 unix sockets that ``kubelet-dra-peer`` (kubelet's plugin manager and DRA manager,
@@ -46,6 +47,7 @@ from nri_resmgr.sim.machine import MACHINES as LAYOUTS
 from nri_resmgr.sim.synthetic import write_sysfs
 from tests.dra import chain
 from tests.dra.balloon_setup import BALLOONS_DRIVER as DRIVER
+from tests.dra.balloon_setup import TURBO_KHZ, max_freq, turbo_control, write_max_freq
 from tests.dra.claim_setup import NODE, Node, make_node
 from tests.dra.kubelet_peer import KubeletPeer, kubelet_peer, peer_binary
 from tests.dra.scheduler import Scheduler, schedulable_node, scheduler_versions, start_scheduler
@@ -58,7 +60,7 @@ pytestmark = pytest.mark.integration
 [VERSION] = scheduler_versions("v1.37.2")
 JSON = dict[str, Any]
 TYPES = (
-    BalloonType(name="fast", max_cpus=8, dra=BalloonTypeDra(publish=True)),
+    BalloonType(name="fast", max_cpus=8, cpu_class="turbo", dra=BalloonTypeDra(publish=True)),
     BalloonType(name="wide", max_cpus=64, hide_hyperthreads=True, allocator_priority="low",
                 dra=BalloonTypeDra(publish=True, group_by="socket")),
     BalloonType(name="web", max_cpus=4, namespaces=("web",)),
@@ -124,7 +126,9 @@ async def cluster(
     short_dir: Path,
 ) -> AsyncIterator[Cluster]:
     write_sysfs(tmp_path, LAYOUTS["n4c128"])
-    spec = balloons_spec("cpuset:0", dra=DraConfig(enabled=True), balloon_types=TYPES)
+    write_max_freq(tmp_path, range(128))
+    spec = balloons_spec("cpuset:0", dra=DraConfig(enabled=True), balloon_types=TYPES,
+                         control=turbo_control())  # fmt: skip
     node = make_node(tmp_path, spec=spec, policy_class=BalloonsPolicy, driver_name=DRIVER)
     async with KubeClient(apiserver.config()) as client:
         ns = f"balloons-{uuid.uuid4().hex[:6]}"
@@ -242,6 +246,7 @@ async def test_balloon_type_claims_are_allocated_prepared_and_refused_where_they
     )
     assert fast.type.name == "fast" and len(fast.cpus) == 4
     assert fast.cpus.issubset(CpuSet(range(64, 96)))
+    assert {max_freq(c.node.root, cpu) for cpu in fast.cpus} == {TURBO_KHZ}  # CPU class turbo
     seen.append(described(c, result, fast))
 
     # The slice is republished: socket 1 offers 4 CPUs less to a new wide balloon.
