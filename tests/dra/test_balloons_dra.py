@@ -14,8 +14,10 @@ from nri_resmgr.config.validate import validate_spec
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra.cpu.driver import slice_device
 from nri_resmgr.errors import ConfigError
+from nri_resmgr.policies.balloons import BalloonsPolicy
+from nri_resmgr.policies.balloons.balloon import Balloon
 from nri_resmgr.policies.balloons.dra import device_name
-from nri_resmgr.resmgr.model import Container, Pod
+from nri_resmgr.resmgr.model import ClaimGrant, Container, Pod
 from tests.dra.balloon_setup import (
     BASE_KHZ,
     FAST,
@@ -274,3 +276,33 @@ async def test_reconfigure_keeps_claims_and_refuses_dropping_their_type(tmp_path
     with pytest.raises(ConfigError, match=f"claim {UID}: device fast-numa3 is no balloon"):
         await node.manager.reconfigure(dra_balloons_spec(unpublished, WIDE, NATIVE))
     assert claim_balloons(node)[UID].cpus == held
+
+
+@pytest.mark.parametrize("composite", [False, True])
+def test_a_restored_claim_takes_its_cpus_from_an_empty_native_balloon(
+    tmp_path: Path, composite: bool
+) -> None:
+    """At a restart the minBalloons balloons a fresh start makes may sit on a recorded claim's
+    CPUs: they give them up and are refitted elsewhere (components of a composite too)."""
+    native = attrs.evolve(NATIVE, min_balloons=1, min_cpus=2)
+    parts = (BalloonComponent("native"), BalloonComponent("fast"))
+    combo = BalloonType(name="combo", min_balloons=1, min_cpus=2, components=parts)
+    types = (FAST, native, combo) if composite else (FAST, native)
+    policy = balloons_node(tmp_path, dra_balloons_spec(*types)).policy
+    [empty] = [b for b in policy.state.balloons if b.type.name == types[-1].name]
+    cpu, size = min(empty.cpus), len(empty.cpus)
+    device = f"fast-numa{cpu // 4}"
+    grant = ClaimGrant(UID, "default", CpuSet([cpu]), "k" * 32, f"x/cpu={UID}", grouped=True,
+                       devices=(device,))  # fmt: skip
+    policy.claim_cpus(grant)
+    state = policy.state
+    seen = CpuSet()
+    for b in state.balloons:
+        assert b.cpus.isdisjoint(seen), b.name
+        seen = seen | b.cpus
+    assert claim_balloons_of(policy)[UID].cpus == CpuSet([cpu])
+    assert len(empty.cpus) == size and cpu not in empty.cpus  # refitted elsewhere
+
+
+def claim_balloons_of(policy: BalloonsPolicy) -> dict[str, Balloon]:
+    return {b.claim: b for b in policy.state.balloons if b.claim}

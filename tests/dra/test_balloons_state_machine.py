@@ -10,8 +10,8 @@ must succeed: nothing else runs between the publication and Prepare here, so the
 what Prepare can give.
 
 Invariants after every step:
-1. balloons (claims', native, reserved) are pairwise disjoint, and no claim holds a
-   reserved CPU;
+1. balloons (claims', native ones, composite ones of a published and a native type, the
+   reserved one) are pairwise disjoint, and no claim holds a reserved CPU;
 2. each claim's balloon is of its device's type, holds exactly its CPUs, inside the device's
    NUMA node or socket;
 3. a bound container runs on exactly its claim's CPUs; no other container runs on any
@@ -30,7 +30,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from nri_resmgr.config.models import PolicySpec
+from nri_resmgr.config.models import BalloonComponent, BalloonType, PolicySpec
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.policies.balloons.dra import balloon_of, scopes
@@ -49,9 +49,11 @@ ANN = "balloon.balloons.resource-policy.nri.io"
 
 class BalloonClaims(RuleBasedStateMachine):
     @initialize(reserved=st.sampled_from(["1", "cpuset:0", "cpuset:5,12"]),
-                min_native=st.integers(0, 2))  # fmt: skip
-    def start(self, reserved: str, min_native: int) -> None:
+                min_native=st.integers(0, 2), min_combo=st.integers(0, 1))  # fmt: skip
+    def start(self, reserved: str, min_native: int, min_combo: int) -> None:
         self.reserved = reserved
+        parts = (BalloonComponent("native"), BalloonComponent("fast"))
+        self.combo = BalloonType(name="combo", min_balloons=min_combo, min_cpus=2, components=parts)
         self.native = attrs.evolve(NATIVE, min_balloons=min_native, min_cpus=1)
         self.spec = self._spec(self.native)
         self.policy = self._policy(self.spec)
@@ -63,7 +65,7 @@ class BalloonClaims(RuleBasedStateMachine):
         self.natives: list[Container] = []
 
     def _spec(self, native: object) -> PolicySpec:
-        return dra_balloons_spec(FAST, WIDE, native, reserved=self.reserved)  # type: ignore[arg-type]
+        return dra_balloons_spec(FAST, WIDE, native, self.combo, reserved=self.reserved)  # type: ignore[arg-type]
 
     def _policy(self, spec: PolicySpec) -> BalloonsPolicy:
         policy = BalloonsPolicy()
@@ -127,7 +129,7 @@ class BalloonClaims(RuleBasedStateMachine):
 
     @rule(kind=st.sampled_from(["guaranteed", "burstable", "besteffort"]),
           milli=st.integers(100, 3000),
-          balloon=st.sampled_from(["", "native", "fast", "wide"]))  # fmt: skip
+          balloon=st.sampled_from(["", "native", "fast", "wide", "combo"]))  # fmt: skip
     def start_a_native_container(self, kind: str, milli: int, balloon: str) -> None:
         name = f"n{next(_uids)}"
         pod, c = {

@@ -220,8 +220,8 @@ class ClaimBalloons:
         self.grants[claim.uid] = claim
         self.device_of[claim.uid] = scope.name
         for b in state.balloons:
-            if b.cpus & claim.cpus and not b.components:
-                b.cpus = b.cpus - claim.cpus
+            if b.cpus & claim.cpus:
+                _give_up(b, claim.cpus)
         return _create(state, scope.type, claim)
 
     def remove(self, state: Balloons, uid: str) -> Balloon | None:
@@ -266,6 +266,13 @@ class ClaimBalloons:
 
 def balloon_of(state: Balloons, uid: str) -> Balloon | None:
     return next((b for b in state.balloons if b.claim == uid), None)
+
+
+def _give_up(b: Balloon, cpus: CpuSet) -> None:
+    """``b`` (an empty native balloon) without ``cpus``, its components' too."""
+    for part in b.components:
+        _give_up(part, cpus)
+    b.cpus = b.cpus - cpus
 
 
 def _create(state: Balloons, t: BalloonType, claim: ClaimGrant) -> Balloon:
