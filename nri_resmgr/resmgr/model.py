@@ -156,6 +156,9 @@ class Device:
     shared: bool = False
     """Several claims share the device, each consuming part of its ``cpu`` capacity: Prepare
     picks that many of ``cpus`` (a grouped device); else a claim gets all of ``cpus``."""
+    min_request: int = 1
+    """A shared device: the fewest CPUs one claim consumes; the scheduler rounds a smaller
+    request up to it (the balloons policy's minCPUs)."""
 
 
 GROUP_CAPACITY = "cpu"

@@ -13,6 +13,7 @@ from nri_resmgr.config.models import BalloonComponent, BalloonType, BalloonTypeD
 from nri_resmgr.config.validate import validate_spec
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra.cpu.driver import slice_device
+from nri_resmgr.dra.kubeletplugin.devices import RequestPolicy
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.policies.balloons.balloon import Balloon
@@ -203,6 +204,9 @@ async def test_a_claim_outside_min_and_max_cpus_is_refused(tmp_path: Path) -> No
     sized = attrs.evolve(FAST, min_cpus=2, max_cpus=3)
     node = balloons_node(tmp_path, dra_balloons_spec(sized, NATIVE))
     assert capacities(node)["fast-numa3"] == 3  # at most maxCPUs for a new balloon
+    # The scheduler rounds a smaller request up to minCPUs (a request naming none too).
+    policy = slice_device(node.policy.dra_devices()[3]).capacity["cpu"].request_policy
+    assert policy == RequestPolicy(minimum=2, step=1, default=2)
     assert "4 CPUs do not make a balloon of type 'fast' (minCPUs 2, maxCPUs 3)" in await prepare(
         node, UID, "fast-numa3", 4
     )

@@ -2,19 +2,19 @@
 kubelet's own DRA code (issue 38 item 4).
 
 The balloons policy on the synthetic n4c128 machine (2 sockets, 4 NUMA nodes of 32 CPUs, CPU 0
-reserved) publishes two types: ``fast`` (maxCPUs 8, CPU class ``turbo``, one device per NUMA
-node) and ``wide`` (maxCPUs 64, hideHyperthreads, one device per socket); ``web`` is a native
-type. The daemon's
-own ``SlicePublisher`` and CPU driver publish them, wired as the daemon wires them (the
-policy's ``devices_changed`` triggers the publisher), served by the kubelet-plugin layer on
-unix sockets that ``kubelet-dra-peer`` (kubelet's plugin manager and DRA manager,
-k8s.io/kubernetes v1.35.4) finds, registers and calls. Claims select a type and a NUMA node or
-socket by CEL and ask CPUs by ``capacity.requests``; the scheduler allocates them, the pod is
-bound, and kubelet prepares the pod through our plugin: each claim gets a balloon of its type
-with exactly the consumed CPUs where the device says, and the container the CDI id whose
-spec pins it there; kubelet's unprepare removes the balloon. A claim the
-node cannot host (above maxCPUs, a type nobody publishes, more than is left once the slice
-was republished after other claims) stays unschedulable, without the allocation timeout.
+reserved) publishes two types: ``fast`` (minCPUs 2, maxCPUs 8, CPU class ``turbo``, one device
+per NUMA node) and ``wide`` (maxCPUs 64, hideHyperthreads, one device per socket); ``web`` is a
+native type. The daemon's own ``SlicePublisher`` and CPU driver publish them, wired as the
+daemon wires them (the policy's ``devices_changed`` triggers the publisher), served by the
+kubelet-plugin layer on unix sockets that ``kubelet-dra-peer`` (kubelet's plugin manager and
+DRA manager, k8s.io/kubernetes v1.35.4) finds, registers and calls. Claims select a type and a
+NUMA node or socket by CEL and ask CPUs by ``capacity.requests``; the scheduler allocates them
+(a request below minCPUs rounded up to it), the pod is bound, and kubelet prepares the pod
+through our plugin: each claim gets a balloon of its type with exactly the consumed CPUs where
+the device says, and the container the CDI id whose spec pins it there; kubelet's unprepare
+removes the balloon. A claim the node cannot host (above maxCPUs, a type nobody publishes,
+more than is left once the slice was republished after other claims) stays unschedulable,
+without the allocation timeout.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ pytestmark = pytest.mark.integration
 [VERSION] = scheduler_versions("v1.37.2")
 JSON = dict[str, Any]
 TYPES = (
-    BalloonType(name="fast", max_cpus=8, cpu_class="turbo", dra=BalloonTypeDra(publish=True)),
+    BalloonType(name="fast", min_cpus=2, max_cpus=8, cpu_class="turbo",
+                dra=BalloonTypeDra(publish=True)),
     BalloonType(name="wide", max_cpus=64, hide_hyperthreads=True, allocator_priority="low",
                 dra=BalloonTypeDra(publish=True, group_by="socket")),
     BalloonType(name="web", max_cpus=4, namespaces=("web",)),
@@ -268,6 +269,14 @@ async def test_balloon_type_claims_are_allocated_prepared_and_refused_where_they
     await submit(c, "nope", 1, "web")  # a native type publishes nothing
     await stays_unschedulable(c, "nope")
 
+    # Below minCPUs: the scheduler rounds the request up to the device's minimum.
+    await submit(c, "fast1", 1, "fast", "numaNode == 3")
+    claim, fast1, _ = await scheduled_and_prepared(c, "fast1")
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["device"], result["consumedCapacity"]) == ("fast-numa3", {"cpu": "2"})
+    assert len(fast1.cpus) == 2 and fast1.cpus.issubset(CpuSet(range(96, 128)))
+    seen.append(described(c, result, fast1))
+
     # A whole-NUMA-node-sized wide claim on socket 0 (CPU 0 reserved: 63 offered).
     await submit(c, "wide32", 32, "wide", "socketID == 0")
     claim, wide0, _ = await scheduled_and_prepared(c, "wide32")
@@ -280,6 +289,6 @@ async def test_balloon_type_claims_are_allocated_prepared_and_refused_where_they
     uid = (await c.client.get(RESOURCE_CLAIMS, "wide40", c.ns))["metadata"]["uid"]
     await c.kubelet.unprepare(wide_pod)
     assert balloon_of(c.policy.state, uid) is None and wide.cpus.issubset(c.policy.state.free())
-    await published_capacity(c, "wide-socket1", 60)
-    for name in ("fast4", "wide40", "wide21", "fast9", "nope", "wide32"):
+    await published_capacity(c, "wide-socket1", 64 - len(fast.cpus) - len(fast1.cpus))
+    for name in ("fast4", "wide40", "wide21", "fast9", "nope", "fast1", "wide32"):
         await chain.release(c.client, c.ns, name, name)

@@ -9,7 +9,8 @@ claims allocated from it hold now, plus the CPUs a new balloon of the type could
 now (the free CPUs of the NUMA node or socket, at most the type's maxCPUs, none once
 maxBalloons balloons of the type exist). The scheduler subtracts what allocated claims
 consume, so the CPUs already held by this device's claims are counted back in. A device
-that offers nothing and holds no claim is not published.
+that offers nothing and holds no claim is not published. A claim consumes at least the
+type's minCPUs (the device's request policy: the scheduler rounds a smaller request up).
 
 A claim: Prepare picks ``count`` CPUs of the device's scope by the type's own placement
 rules (``Balloons.options``: allocator priority, topology balancing, preferCloseToDevices,
@@ -301,8 +302,9 @@ def _device(state: Balloons, scope: Scope, capacity: int) -> Device:
     else:
         attributes["socketID"] = scope.gid
     return Device(
-        scope.name, attributes, {GROUP_CAPACITY: capacity}, tuple(scope.cpus), shared=True
-    )
+        scope.name, attributes, {GROUP_CAPACITY: capacity}, tuple(scope.cpus), shared=True,
+        min_request=max(1, t.min_cpus),
+    )  # fmt: skip
 
 
 __all__ = ["ClaimBalloons", "Scope", "balloon_of", "device_name", "publishing", "scopes"]
