@@ -121,13 +121,26 @@ class ClaimBalloons:
         self.device_of: dict[str, str] = {}
         """Claim UID -> the device it was allocated from."""
         self._refused: set[tuple[str, str]] = set()
+        self._layout: tuple[Balloons, dict[str, Scope], dict[str, Device]] | None = None
+        """The scopes and their devices (capacity aside) for one state, whose machine,
+        configuration and offered CPUs do not change: devices are asked for after every
+        decision, and building them walks every CPU (100 ms at 4,096 CPUs)."""
+
+    def layout(self, state: Balloons) -> tuple[dict[str, Scope], dict[str, Device]]:
+        if self._layout is None or self._layout[0] is not state:
+            smt = any(len(c.threads) > 1 for c in state.system.cpus.values())
+            known = scopes(state)
+            devices = {name: _device(state, scope, smt) for name, scope in known.items()}
+            self._layout = (state, known, devices)
+        return self._layout[1], self._layout[2]
 
     # -- devices ----------------------------------------------------------------------------
 
     def devices(self, state: Balloons) -> list[Device]:
         free = state.free()
+        known, devices = self.layout(state)
         out = []
-        for name, scope in scopes(state).items():
+        for name, scope in known.items():
             t = scope.type
             held = sum(len(g.cpus) for u, g in self.grants.items() if self.device_of[u] == name)
             new = len(free & scope.cpus)
@@ -138,14 +151,14 @@ class ClaimBalloons:
             if new < max(1, t.min_cpus):
                 new = 0  # a balloon of the type needs minCPUs
             if held + new:
-                out.append(_device(state, scope, held + new))
+                out.append(attrs.evolve(devices[name], capacity={GROUP_CAPACITY: held + new}))
         return out
 
     # -- claims -----------------------------------------------------------------------------
 
     def scope_of(self, state: Balloons, claim: ClaimGrant) -> Scope:
         """The one device ``claim`` was allocated from; ClaimError if it names none or more."""
-        known = scopes(state)
+        known, _ = self.layout(state)
         if len(claim.devices) != 1:
             raise ClaimError(
                 f"claim {claim.uid}: a balloon claim is allocated from exactly one device, "
@@ -284,9 +297,9 @@ def _create(state: Balloons, t: BalloonType, claim: ClaimGrant) -> Balloon:
     return b
 
 
-def _device(state: Balloons, scope: Scope, capacity: int) -> Device:
+def _device(state: Balloons, scope: Scope, smt: bool) -> Device:
+    """``scope``'s device, its capacity still to be set."""
     t, system = scope.type, state.system
-    smt = any(len(c.threads) > 1 for c in system.cpus.values())
     attributes: dict[str, AttributeValue] = {
         "balloonType": t.name,
         "cpuClass": t.cpu_class,
@@ -302,7 +315,7 @@ def _device(state: Balloons, scope: Scope, capacity: int) -> Device:
     else:
         attributes["socketID"] = scope.gid
     return Device(
-        scope.name, attributes, {GROUP_CAPACITY: capacity}, tuple(scope.cpus), shared=True,
+        scope.name, attributes, {GROUP_CAPACITY: 0}, tuple(scope.cpus), shared=True,
         min_request=max(1, t.min_cpus),
     )  # fmt: skip
 
