@@ -74,7 +74,8 @@ def apiserver(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def scheduler(session: nox.Session) -> None:
     """The real-scheduler DRA tests that start their own API server (grouped devices,
-    prioritized-list claims through kubelet's DRA code) at Kubernetes 1.36: builds
+    prioritized-list claims through kubelet's DRA code, balloon-type claims) at Kubernetes
+    1.36: builds
     kube-apiserver and kube-scheduler v1.36.3, the newest 1.36 patch (cached), and runs them
     there. ``nox -s scheduler -- v1.37.2`` picks another version the suite knows."""
     install_project(session, "test")
@@ -83,7 +84,8 @@ def scheduler(session: nox.Session) -> None:
     session.run("python", "-m", "tests.kube.gobuild", version, env=env)
     session.run("python", "-m", "tests.dra.schedulerbuild", version, env=env)
     session.run("pytest", "-v", "-s", "tests/dra/test_grouped_scheduler.py",
-                "tests/dra/test_prioritized_scheduler.py", env=env)  # fmt: skip
+                "tests/dra/test_prioritized_scheduler.py", "tests/dra/test_balloons_scheduler.py",
+                env=env)  # fmt: skip
 
 
 @nox.session(python=PYTHON)
