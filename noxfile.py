@@ -71,21 +71,35 @@ def apiserver(session: nox.Session) -> None:
     session.run("pytest", "tests/kube", *session.posargs, env=env)
 
 
+KUBE_VERSION_TESTS = (
+    "tests/dra/test_grouped_scheduler.py",
+    "tests/dra/test_prioritized_scheduler.py",
+    "tests/dra/test_balloons_scheduler.py",
+    "tests/dra/test_chain.py",
+    "tests/dra/test_chain_scheduler.py",
+    "tests/dra/test_kubelet_real.py",
+    "tests/dra/test_claims_apiserver.py",
+    "tests/dra/test_publisher_apiserver.py",
+    "tests/runtime/test_dra_metadata.py",
+)
+"""The tests parametrized over Kubernetes versions (``tests/kube/versions.py``): the default
+suite runs them at v1.35.4 and v1.37.2, ``nox -s scheduler`` at one version between."""
+
+
 @nox.session(python=PYTHON)
 def scheduler(session: nox.Session) -> None:
-    """The real-scheduler DRA tests that start their own API server (grouped devices,
-    prioritized-list claims through kubelet's DRA code, balloon-type claims) at Kubernetes
-    1.36: builds
-    kube-apiserver and kube-scheduler v1.36.3, the newest 1.36 patch (cached), and runs them
-    there. ``nox -s scheduler -- v1.37.2`` picks another version the suite knows."""
+    """The version-matrix tests (``KUBE_VERSION_TESTS``: kube-apiserver, kube-scheduler and
+    kubelet's DRA code, all of one version) at Kubernetes 1.36: builds kube-apiserver,
+    kube-scheduler and the kubelet DRA peer v1.36.3, the newest 1.36 patch (cached), and runs
+    them there. ``nox -s scheduler -- v1.37.2`` picks another version the suite knows; more
+    arguments go to pytest."""
     install_project(session, "test")
-    version = session.posargs[0] if session.posargs else "v1.36.3"
-    env = {"NRI_RESMGR_CACHE": str(CACHE), "NRI_RESMGR_SCHEDULER_VERSION": version}
+    version, *pytest_args = session.posargs or ["v1.36.3"]
+    env = {"NRI_RESMGR_CACHE": str(CACHE), "NRI_RESMGR_KUBE_VERSION": version}
     session.run("python", "-m", "tests.kube.gobuild", version, env=env)
     session.run("python", "-m", "tests.dra.schedulerbuild", version, env=env)
-    session.run("pytest", "-v", "-s", "tests/dra/test_grouped_scheduler.py",
-                "tests/dra/test_prioritized_scheduler.py", "tests/dra/test_balloons_scheduler.py",
-                env=env)  # fmt: skip
+    session.run("python", "-m", "tests.dra.kubeletbuild", version, env=env)
+    session.run("pytest", "-v", "-s", *KUBE_VERSION_TESTS, *pytest_args, env=env)
 
 
 @nox.session(python=PYTHON)

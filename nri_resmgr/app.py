@@ -12,6 +12,7 @@ import trio
 from nri_resmgr.agent.filewatch import ConfigFileWatcher
 from nri_resmgr.cli import Options
 from nri_resmgr.config import PolicyDocument, load_file
+from nri_resmgr.config.draswitch import dra_switch
 from nri_resmgr.daemon import Daemon, Service, until_signalled
 from nri_resmgr.errors import EXIT_OK, ConfigError, ResmgrError
 from nri_resmgr.nri import afterreply, tailtrace
@@ -117,7 +118,8 @@ def _dra_service(
     kube: KubeClient | None,
     agent: ConfigAgent | None = None,
 ) -> Service | None:
-    if not doc.spec.dra.enabled:
+    switch = dra_switch(doc.spec)
+    if not switch.on:
         # Said here, so that a daemon without DRA never imports the DRA stack (start-up).
         log.info("DRA support is disabled")
         return None
@@ -126,7 +128,8 @@ def _dra_service(
     return build_dra_plugin(
         manager,
         manager.policy.name,
-        enabled=doc.spec.dra.enabled,
+        enabled=True,
+        asked_by=switch.asked_by if switch.by_policy else None,
         node_name=options.node_name if options.has_cluster_access else "",
         kube=kube,
         plugins_dir=options.kubelet_plugins_dir,
@@ -190,9 +193,9 @@ async def run_daemon(
 ) -> int:
     tailtrace.install_from_env()  # opt-in per-request trace (NRI_RESMGR_REQUEST_TRACE)
     afterreply.install_from_env()  # log lines and due collections wait until a reply is out
-    if not doc.spec.dra.enabled:
-        # grpclib (DRA) is the only asyncio user, and dra.enabled cannot change without a
-        # restart: no asyncio loop, and no trio_asyncio import, at start-up.
+    if not dra_switch(doc.spec).on:
+        # grpclib (DRA) is the only asyncio user, and whether DRA runs cannot change without
+        # a restart (draswitch): no asyncio loop, and no trio_asyncio import, at start-up.
         services = build_services(options, manager, doc, agent, kube)
         freeze_startup_heap()
         return await Daemon(services, grace=options.shutdown_grace).run()

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import settings
 
 from tests.ci_policy import pytest_make_collect_report, pytest_runtest_makereport
-from tests.kube.apiserver import ApiServer, start_apiserver
+from tests.kube.apiserver import ApiServer, session_apiserver, start_apiserver
+from tests.kube.versions import kube_versions
 from tests.peers import in_ci
 
 __all__ = ["pytest_make_collect_report", "pytest_runtest_makereport"]  # hooks: CI never skips
@@ -45,3 +46,29 @@ def apiserver_137(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServe
         yield server
     finally:
         server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def other_apiservers() -> Iterator[dict[str, ApiServer]]:
+    """API servers of versions neither shared one runs, by version (``session_apiserver``
+    starts them); shut down at the end of the session."""
+    started: dict[str, ApiServer] = {}
+    try:
+        yield started
+    finally:
+        for server in started.values():
+            server.shutdown()
+
+
+@pytest.fixture(params=kube_versions())
+def kube_version(request: pytest.FixtureRequest) -> str:
+    """A Kubernetes version a version-parametrized test runs at: the oldest and newest
+    supported, or the one a nox session names (``tests/kube/versions.py``)."""
+    version: str = request.param
+    return version
+
+
+@pytest.fixture
+def kube_apiserver(request: pytest.FixtureRequest, kube_version: str) -> ApiServer:
+    """The session's API server of ``kube_version``: a parametrized test starts none."""
+    return session_apiserver(request, kube_version)

@@ -29,7 +29,8 @@ CpuGroupBy = Literal["numanode", "socket"]
 
 @attrs.frozen
 class DraConfig:
-    # None (unset) means off, but stays distinguishable from an explicit false.
+    # None (unset): on exactly when the policy asks for devices (config.draswitch); an
+    # explicit false keeps DRA off even then.
     enabled: bool | None = None
     cpu_device_mode: CpuDeviceMode | None = field(key="cpuDeviceMode", default=None)
     """``individual`` (unset: the default) publishes one device per CPU; ``grouped`` one

@@ -95,8 +95,14 @@ def report(spec: Any, paths: Iterable[str]) -> list[str]:
     return used
 
 
-def say_once(path: str) -> None:
-    """The one message for a key that is accepted but has no effect, once per process."""
-    if path not in _reported:
-        _reported.add(path)
+def say_once(path: str, because: str = "") -> None:
+    """The one message for a key that is accepted but has no effect, once per process.
+    ``because``: when the key is not applied in this configuration only (another key
+    switches it off), that reason instead of the version."""
+    if path in _reported:
+        return
+    _reported.add(path)
+    if because:
+        log.warning("%s: accepted, not applied: %s", path, because)
+    else:
         log.warning("%s: accepted, not applied by nri-resmgr %s", path, __version__)

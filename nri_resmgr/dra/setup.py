@@ -1,8 +1,10 @@
 """Whether and how the daemon runs the DRA plugin, from the configuration.
 
-``dra.enabled`` unset or false: no plugin. Enabled but without cluster access (no API client
-or no node name, e.g. running from a local config file): a warning, and DRA stays off rather
-than the daemon refusing to start, since placement through NRI works without it.
+DRA off (``dra.enabled`` false, or unset while no policy key asks for devices:
+``config.draswitch``): no plugin. On but without cluster access (no API client or no node
+name, e.g. running from a local config file): a warning naming the key that turned it on,
+and DRA stays off rather than the daemon refusing to start, since placement through NRI
+works without it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ def build_dra_plugin(
     manager: ResourceManager,
     policy_name: str,
     *,
-    enabled: bool | None,
+    enabled: bool,
+    asked_by: str | None = None,
     node_name: str,
     kube: KubeApi | None,
     plugins_dir: str | Path = KUBELET_PLUGINS_DIR,
@@ -45,17 +48,27 @@ def build_dra_plugin(
     node: NodeSource | None = None,
 ) -> KubeletPlugin | None:
     """The DRA plugin service to start, or None when DRA stays off. ``node``: the Node as
-    the daemon follows it, so the publisher needs no GET for its UID."""
+    the daemon follows it, so the publisher needs no GET for its UID. ``enabled``: the
+    effective ``dra.enabled`` (``config.draswitch``); ``asked_by``: the policy key that
+    turned it on, ``dra.enabled`` being unset (None: it is true)."""
     if not enabled:
         log.info("DRA support is disabled")
         return None
+    turned_on = (
+        "dra.enabled is true"
+        if asked_by is None
+        else f"{asked_by} asks for devices and dra.enabled is unset"
+    )
     missing = [what for what, ok in (("node name", node_name), ("API client", kube)) if not ok]
     if missing or kube is None:
         log.warning(
-            "dra.enabled is true but there is no %s (no cluster access); DRA stays off",
+            "%s but there is no %s (no cluster access); DRA stays off",
+            turned_on,
             " and no ".join(missing),
         )
         return None
+    if asked_by is not None:
+        log.info("DRA support is enabled: %s", turned_on)
     driver_name = driver_name_for(policy_name)
     driver = CpuDriver(
         manager, driver_name, node_name, ClaimStore(state_dir), CdiWriter(cdi_dir, driver_name)

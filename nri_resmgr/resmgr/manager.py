@@ -17,6 +17,7 @@ from typing import Protocol
 import attrs
 import trio
 
+from nri_resmgr.config.draswitch import say_not_applied, switch_refusal
 from nri_resmgr.config.models import PolicySpec
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
@@ -72,6 +73,7 @@ class ResourceManager:
         self.reconfigure_hooks: list[ReconfigureHook] = []
         """Asked first on every reconfigure: each may refuse; each is told the outcome."""
         policy.setup(spec, env)
+        say_not_applied(spec)
 
     # -- configuration --------------------------------------------------------------------
 
@@ -79,7 +81,7 @@ class ResourceManager:
         """Apply a new configuration, or refuse it and keep the old one."""
         async with self.lock:
             with _counted_reload():
-                refusal = dra_toggle_refusal(self.spec, spec)
+                refusal = switch_refusal(self.spec, spec)
                 if refusal:
                     raise ConfigError(refusal)
                 finishers: list[Callable[[bool], None]] = []
@@ -94,6 +96,7 @@ class ResourceManager:
                 for finish in finishers:
                     finish(True)
                 self.spec = spec
+                say_not_applied(spec)
         await self.send_updates(updates)
         return updates
 
@@ -183,15 +186,3 @@ class ResourceManager:
         async with self.lock:
             updates = self.policy.release_claim(claim_uid)
         await self.send_updates(updates)
-
-
-def dra_toggle_refusal(old: PolicySpec, new: PolicySpec) -> str | None:
-    """DRA is started or not at daemon start; switching it needs a restart."""
-    was, now = bool(old.dra.enabled), bool(new.dra.enabled)
-    if was == now:
-        return None
-    verb = "enable" if now else "disable"
-    return (
-        f"spec.dra.enabled: cannot {verb} DRA on a running daemon; "
-        "restart nri-resmgr to apply this change"
-    )

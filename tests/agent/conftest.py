@@ -27,10 +27,22 @@ async def fake(serve_fake: ServeFake) -> tuple[FakeKube, KubeClient]:  # noqa: F
 @pytest.fixture(scope="session")
 def template_crd(apiserver: ApiServer) -> ApiServer:
     """The TemplatePolicy CRD, generated from the config models, applied and established."""
+    return with_template_crd(apiserver)
+
+
+@pytest.fixture(scope="session")
+def balloons_crd(apiserver: ApiServer) -> ApiServer:
+    """The BalloonsPolicy CRD, as ``template_crd``."""
+    return with_template_crd(apiserver, "BalloonsPolicy")
+
+
+def with_template_crd(server: ApiServer, kind: str = KIND) -> ApiServer:
+    """``server`` with the CRD of ``kind`` (TemplatePolicy unless named) applied and
+    established (again: a no-op)."""
 
     async def apply() -> None:
-        async with KubeClient(apiserver.config()) as client:
-            document = crd(KIND)
+        async with KubeClient(server.config()) as client:
+            document = crd(kind)
             with contextlib.suppress(AlreadyExists):
                 await client.create(CUSTOM_RESOURCE_DEFINITIONS, document)
             with trio.fail_after(60):
@@ -38,7 +50,7 @@ def template_crd(apiserver: ApiServer) -> ApiServer:
                     await trio.sleep(0.1)
 
     trio.run(apply)
-    return apiserver
+    return server
 
 
 async def _established(client: KubeClient, name: str) -> bool:

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +45,15 @@ class Daemon:
 
 @contextmanager
 def daemon(
-    server: ApiServer, namespace: str, node: str, tmp_path: Path, *extra: str
+    server: ApiServer,
+    namespace: str,
+    node: str,
+    tmp_path: Path,
+    *extra: str,
+    policy: str = "template",
 ) -> Iterator[Daemon]:
     log = tmp_path / "daemon.log"
-    args = [sys.executable, "-m", "nri_resmgr", "--policy", "template",
+    args = [sys.executable, "-m", "nri_resmgr", "--policy", policy,
             "--kubeconfig", str(server.kubeconfig), "--config-namespace", namespace,
             "--nri-socket", str(tmp_path / "no-such.sock"), *extra]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"} | {"NODE_NAME": node}
@@ -63,7 +68,14 @@ def daemon(
 
 @pytest.fixture
 async def admin(template_crd: ApiServer) -> AsyncIterator[tuple[KubeClient, str, str]]:
-    async with KubeClient(template_crd.config()) as client:
+    async with admin_on(template_crd) as found:
+        yield found
+
+
+@asynccontextmanager
+async def admin_on(server: ApiServer) -> AsyncIterator[tuple[KubeClient, str, str]]:
+    """An admin client, a fresh namespace and a fresh Node (deleted after)."""
+    async with KubeClient(server.config()) as client:
         namespace, node = unique("proc"), unique("node")
         await client.create(NAMESPACES, {"metadata": {"name": namespace}})
         await client.create(NODES, {"metadata": {"name": node}})

@@ -16,16 +16,19 @@ import trio
 
 from tests.conformance.peer import CALL_TIMEOUT, Harness, HarnessError
 from tests.dra.kubeletbuild import BuildError, ensure_peer
+from tests.kube.gobuild import KUBERNETES_VERSION
 from tests.peers import missing_peer
 
 JSON = dict[str, Any]
 
 
-def peer_binary() -> Path:
+def peer_binary(version: str = KUBERNETES_VERSION) -> Path:
+    """The peer built from kubelet ``version``; fails the test under CI when it cannot be
+    built, skips it elsewhere (``tests/peers.py``)."""
     try:
-        return ensure_peer()
+        return ensure_peer(version)
     except BuildError as exc:
-        missing_peer(f"kubelet-dra-peer cannot be built here: {exc}")
+        missing_peer(f"kubelet-dra-peer {version} cannot be built here: {exc}")
 
 
 class KubeletPeer(Harness):

@@ -4,7 +4,11 @@ The same wrapper-module approach as ``tests/kube/gobuild.py`` uses for kube-apis
 its Go caches, so the Kubernetes packages both need compile once: a throwaway main module
 requires ``k8s.io/kubernetes`` at the same version and replaces every staging module by its
 published twin. One binary per Kubernetes version (``bin/kubelet-dra-peer-<version>``),
-rebuilt when ``main.go`` or the versions change (hash stamp).
+rebuilt when a source file, the build tags or the versions change (hash stamp).
+
+Where kubelet's API changed between the versions the suite runs, the peer has one small Go
+file per variant behind a build tag, and ``build_tags()`` picks the tags for a version: 1.35's
+``GetNodeFunc`` takes no context (``getnode_noctx``), 1.36's and later ones take one.
 
 Run as ``python -m tests.dra.kubeletbuild [VERSION ...]`` or let the test fixture call
 ``ensure_peer()``.
@@ -28,11 +32,26 @@ from tests.kube.gobuild import (
     stamp,
     versioned_path,
 )
+from tests.kube.versions import minor
 
-SOURCE = Path(__file__).resolve().parent / "kubeletpeer" / "main.go"
+SOURCE_DIR = Path(__file__).resolve().parent / "kubeletpeer"
 NAME = "kubelet-dra-peer"
+GETNODE_CONTEXT_FROM = (1, 36)
+"""The first Kubernetes minor whose kubelet ``dra.GetNodeFunc`` takes a context."""
 
-__all__ = ["BuildError", "ensure_peer", "peer_path"]
+__all__ = ["BuildError", "build_tags", "ensure_peer", "peer_path"]
+
+
+def sources() -> list[Path]:
+    """Every Go file of the peer; build tags choose among the per-version ones."""
+    return sorted(SOURCE_DIR.glob("*.go"))
+
+
+def build_tags(version: str) -> tuple[str, ...]:
+    """``go build`` flags selecting the peer's files for kubelet ``version``'s API."""
+    if minor(version) < GETNODE_CONTEXT_FROM:
+        return ("-tags", "getnode_noctx")
+    return ()
 
 
 def requires(version: str) -> tuple[str, ...]:
@@ -55,13 +74,17 @@ def peer_path(version: str = KUBERNETES_VERSION) -> Path:
 def ensure_peer(version: str = KUBERNETES_VERSION) -> Path:
     """The peer binary, built when missing or stale; raises ``BuildError`` when impossible."""
     out = peer_path(version)
-    digest = build_digest(SOURCE.read_bytes(), *requires(version))
+    files = sources()
+    tags = build_tags(version)
+    digest = build_digest(*(f.name.encode() + f.read_bytes() for f in files), *tags,
+                          *requires(version))  # fmt: skip
     if is_current(out, digest):
         return out
     workdir = kube_module(NAME, version)
-    shutil.copy(SOURCE, workdir / "main.go")
+    for file in files:
+        shutil.copy(file, workdir / file.name)
     _go(workdir, "get", *requires(version))
-    _build(workdir, ".", out)
+    _build(workdir, ".", out, *tags)
     stamp(out, digest)
     return out
 

@@ -14,7 +14,6 @@ without leader elect"); that is its clean stop.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -27,13 +26,11 @@ from nri_resmgr.kube import KubeClient
 from nri_resmgr.kube.resources import NODES
 from tests.dra.schedulerbuild import BuildError, ensure_scheduler
 from tests.kube.apiserver import ApiServer, free_port
-from tests.kube.gobuild import KUBERNETES_VERSION, KUBERNETES_VERSIONS
+from tests.kube.gobuild import KUBERNETES_VERSION
+from tests.kube.versions import kube_versions
 from tests.peers import missing_peer
 
 READY_TIMEOUT = 60.0
-VERSIONS_ENV = "NRI_RESMGR_SCHEDULER_VERSION"
-"""Set (e.g. ``v1.36.3``, by ``nox -s scheduler``), the Kubernetes version the real-scheduler
-tests that start their own API server run instead of their defaults."""
 
 __all__ = [
     "Scheduler",
@@ -44,15 +41,8 @@ __all__ = [
 ]
 
 
-def scheduler_versions(*defaults: str) -> tuple[str, ...]:
-    """The versions a real-scheduler test runs: ``defaults``, or the one ``VERSIONS_ENV``
-    names (a version the suite knows: ``tests/kube/gobuild.py``)."""
-    wanted = os.environ.get(VERSIONS_ENV, "").strip()
-    if not wanted:
-        return defaults
-    if wanted not in KUBERNETES_VERSIONS:
-        raise ValueError(f"{VERSIONS_ENV}={wanted}: not one of {', '.join(KUBERNETES_VERSIONS)}")
-    return (wanted,)
+scheduler_versions = kube_versions
+"""The versions a real-scheduler test runs (``tests/kube/versions.py``)."""
 
 
 def scheduler_binary(version: str = KUBERNETES_VERSION) -> Path:

@@ -4,13 +4,12 @@ binding, unprepare, restore, and the refusals."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import attrs
 import pytest
 
-from nri_resmgr.config.models import BalloonComponent, BalloonType, BalloonTypeDra, DraConfig
+from nri_resmgr.config.models import BalloonComponent, BalloonType, BalloonTypeDra
 from nri_resmgr.config.validate import validate_spec
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra.cpu.driver import slice_device
@@ -311,17 +310,3 @@ def test_a_restored_claim_takes_its_cpus_from_an_empty_native_balloon(
 
 def claim_balloons_of(policy: BalloonsPolicy) -> dict[str, Balloon]:
     return {b.claim: b for b in policy.state.balloons if b.claim}
-
-
-@pytest.mark.parametrize("enabled", [None, False])
-def test_published_types_with_dra_off_are_said_not_applied(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, enabled: bool | None
-) -> None:
-    spec = attrs.evolve(dra_balloons_spec(), dra=DraConfig(enabled=enabled))
-    with caplog.at_level(logging.WARNING):
-        balloons_node(tmp_path, spec)
-    assert "dra.publish (types fast, wide) is accepted but not applied: DRA is off" in caplog.text
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        balloons_node(tmp_path / "on")
-    assert "dra.publish" not in caplog.text

@@ -7,14 +7,15 @@ per NUMA node) and ``wide`` (maxCPUs 64, hideHyperthreads, one device per socket
 native type. The daemon's own ``SlicePublisher`` and CPU driver publish them, wired as the
 daemon wires them (the policy's ``devices_changed`` triggers the publisher), served by the
 kubelet-plugin layer on unix sockets that ``kubelet-dra-peer`` (kubelet's plugin manager and
-DRA manager, k8s.io/kubernetes v1.35.4) finds, registers and calls. Claims select a type and a
-NUMA node or socket by CEL and ask CPUs by ``capacity.requests``; the scheduler allocates them
-(a request below minCPUs rounded up to it), the pod is bound, and kubelet prepares the pod
-through our plugin: each claim gets a balloon of its type with exactly the consumed CPUs where
-the device says, and the container the CDI id whose spec pins it there; kubelet's unprepare
-removes the balloon. A claim the node cannot host (above maxCPUs, a type nobody publishes,
-more than is left once the slice was republished after other claims) stays unschedulable,
-without the allocation timeout.
+DRA manager, k8s.io/kubernetes of the control plane's version) finds, registers and calls.
+Claims select a type and a NUMA node or socket by CEL and ask CPUs by ``capacity.requests``;
+the scheduler allocates them (a request below minCPUs rounded up to it), the pod is bound, and
+kubelet prepares the pod through our plugin: each claim gets a balloon of its type with
+exactly the consumed CPUs where the device says, and the container the CDI id whose spec pins
+it there; kubelet's unprepare removes the balloon. A claim the node cannot host (above
+maxCPUs, a type nobody publishes, more than is left once the slice was republished after
+other claims) stays unschedulable, without the allocation timeout. Consumable capacity needs
+1.36 or later: the default run is at v1.37.2, ``nox -s scheduler`` at v1.36.3.
 """
 
 from __future__ import annotations
@@ -88,9 +89,10 @@ def scheduler(
         running.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kubelet_binary() -> Path:
-    return peer_binary()
+    """kubelet's DRA code of the control plane's version."""
+    return peer_binary(VERSION)
 
 
 @pytest.fixture

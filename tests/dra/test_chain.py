@@ -1,10 +1,11 @@
 """The whole DRA chain, real peers only: kube-scheduler -> our slice -> kubelet -> NRI cpuset.
 
-- kube-apiserver + etcd (v1.35.4) and kube-scheduler v1.35.4, no feature gates;
+- kube-apiserver + etcd and kube-scheduler, no feature gates, at v1.35.4 and v1.37.2 (the
+  session's two API servers; or the version a nox session names: ``tests/kube/versions.py``);
 - our daemon as a process: topology-aware on a synthetic n4c16 machine (2 sockets x 2 NUMA
   nodes x 4 CPUs, CPU 0 reserved), DRA enabled, publishing one device per CPU;
-- kubelet's own DRA manager (``kubelet-dra-peer``) preparing the pod's claims, which it reads
-  from the apiserver, through our registered plugin;
+- kubelet's own DRA manager (``kubelet-dra-peer``, of the same version) preparing the pod's
+  claims, which it reads from the apiserver, through our registered plugin;
 - the Go NRI runtime harness (NRI v0.12) playing containerd: the claim's container is created
   with the env the claim's CDI spec injects, as containerd applies CDI edits before NRI.
 
@@ -50,7 +51,8 @@ from tests.conformance.test_nri_conformance import cpus
 from tests.dra import chain
 from tests.dra.kubelet_peer import kubelet_peer, peer_binary
 from tests.dra.scheduler import Scheduler, schedulable_node, start_scheduler
-from tests.kube.apiserver import ApiServer
+from tests.kube.apiserver import ApiServer, session_apiserver
+from tests.kube.versions import kube_versions
 from tests.peers import missing_peer
 from tools.crdschema import crd
 
@@ -63,11 +65,20 @@ CLAIMED = 4  # CPUs the claim asks for: only NUMA nodes 1-3 have that many free
 JSON = dict[str, Any]
 
 
+@pytest.fixture(scope="module", params=kube_versions())
+def version(request: pytest.FixtureRequest) -> str:
+    """The Kubernetes version of the whole chain (API server, scheduler, kubelet)."""
+    wanted: str = request.param
+    return wanted
+
+
 @pytest.fixture(scope="module")
-def ta_crd(apiserver: ApiServer) -> Iterator[ApiServer]:
-    """The TopologyAwarePolicy CRD generated from the config models, established; removed
-    again afterwards if this module created it, since the apiserver is the session's and
-    other tests install a looser CRD of the same name (``tests/kube``)."""
+def ta_crd(request: pytest.FixtureRequest, version: str) -> Iterator[ApiServer]:
+    """The session's API server of ``version`` with the TopologyAwarePolicy CRD generated
+    from the config models, established; removed again afterwards if this module created it,
+    since the apiserver is the session's and other tests install a looser CRD of the same name
+    (``tests/kube``)."""
+    apiserver = session_apiserver(request, version)
     document = crd("TopologyAwarePolicy")
     name = document["metadata"]["name"]
 
@@ -107,8 +118,11 @@ async def _established(client: KubeClient, name: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def scheduler(ta_crd: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scheduler]:
-    running = start_scheduler(ta_crd, tmp_path_factory.mktemp("scheduler") / "scheduler.log")
+def scheduler(
+    ta_crd: ApiServer, version: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Scheduler]:
+    log = tmp_path_factory.mktemp(f"scheduler-{version}") / "scheduler.log"
+    running = start_scheduler(ta_crd, log, version)
     try:
         yield running
     finally:
@@ -124,8 +138,8 @@ def harness_binary() -> Path:
 
 
 @pytest.fixture(scope="module")
-def kubelet_binary() -> Path:
-    return peer_binary()
+def kubelet_binary(version: str) -> Path:
+    return peer_binary(version)
 
 
 @pytest.fixture

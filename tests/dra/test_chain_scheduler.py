@@ -1,8 +1,9 @@
 """The real kube-scheduler allocates CPUs from a ResourceSlice our publisher wrote.
 
 The slice is published by ``SlicePublisher`` (the daemon's own code) with per-CPU devices shaped
-like topology-aware's; kube-scheduler v1.35.4 (no feature gates) reads it, the DeviceClass and
-a claim for 3 CPUs on one NUMA node, and allocates. NUMA node 0 has only 2 devices and comes
+like topology-aware's; kube-scheduler (no feature gates; v1.35.4 and v1.37.2 on the session's
+API server of each, or the version a nox session names) reads it, the DeviceClass and a claim
+for 3 CPUs on one NUMA node, and allocates. NUMA node 0 has only 2 devices and comes
 first, so plain first fit would split the claim across nodes: the constraint must be honoured.
 """
 
@@ -22,7 +23,8 @@ from nri_resmgr.kube import AlreadyExists, KubeClient
 from nri_resmgr.kube.resources import NAMESPACES, NODES, PODS, RESOURCE_CLAIMS
 from tests.dra import chain
 from tests.dra.scheduler import Scheduler, schedulable_node, start_scheduler
-from tests.kube.apiserver import ApiServer
+from tests.kube.apiserver import ApiServer, session_apiserver
+from tests.kube.versions import kube_versions
 
 pytestmark = pytest.mark.integration
 
@@ -32,11 +34,17 @@ NUMA = f"{DRIVER}/numaNode"
 CPUS = {1: 0, 2: 0, 3: 1, 4: 1, 5: 1, 6: 1}
 
 
+@pytest.fixture(scope="module", params=kube_versions())
+def server(request: pytest.FixtureRequest) -> ApiServer:
+    """The session's API server of the version the module runs at."""
+    return session_apiserver(request, request.param)
+
+
 @pytest.fixture(scope="module")
-def scheduler(
-    apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Scheduler]:
-    running = start_scheduler(apiserver, tmp_path_factory.mktemp("scheduler") / "scheduler.log")
+def scheduler(server: ApiServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scheduler]:
+    version = server.version
+    log = tmp_path_factory.mktemp(f"scheduler-{version}") / "scheduler.log"
+    running = start_scheduler(server, log, version)
     try:
         yield running
     finally:
@@ -45,9 +53,9 @@ def scheduler(
 
 @pytest.fixture
 async def cluster(
-    apiserver: ApiServer, scheduler: Scheduler
+    server: ApiServer, scheduler: Scheduler
 ) -> AsyncIterator[tuple[KubeClient, str, str]]:
-    async with KubeClient(apiserver.config()) as client:
+    async with KubeClient(server.config()) as client:
         ns, node = f"chain-{uuid.uuid4().hex[:6]}", f"chain-node-{uuid.uuid4().hex[:6]}"
         await client.create(NAMESPACES, {"metadata": {"name": ns}})
         await schedulable_node(client, node)

@@ -1,7 +1,8 @@
-"""CPU devices and claims against a real kube-apiserver + etcd (v1.35): a pool over several
-slices passes validation, a wiped slice comes back through the watch (not the re-list; at
-v1.37.2 too, whose watch-list replies come gzip in many members), and
-Prepare reads the ResourceClaim the server holds, UID checked."""
+"""CPU devices and claims against a real kube-apiserver + etcd (the session's servers, v1.35.4
+and v1.37.2, or the version a nox session names: ``tests/kube/versions.py``): a pool over
+several slices passes validation, a wiped slice comes back through the watch (not the re-list;
+1.37's watch-list replies come gzip in many members), and Prepare reads the ResourceClaim the
+server holds, UID checked."""
 
 from __future__ import annotations
 
@@ -81,15 +82,8 @@ async def open_pool(server: ApiServer) -> AsyncIterator[Pool]:
 
 
 @pytest.fixture
-async def pool(apiserver: ApiServer) -> AsyncIterator[Pool]:
-    async with open_pool(apiserver) as opened:
-        yield opened
-
-
-@pytest.fixture
-async def pool_137(apiserver_137: ApiServer) -> AsyncIterator[Pool]:
-    """The pool on kube-apiserver v1.37.2, whose watch-list replies come gzip in many members."""
-    async with open_pool(apiserver_137) as opened:
+async def pool(kube_apiserver: ApiServer) -> AsyncIterator[Pool]:
+    async with open_pool(kube_apiserver) as opened:
         yield opened
 
 
@@ -125,16 +119,9 @@ async def test_a_pool_of_200_devices_is_two_valid_slices_of_one_generation(pool:
 
 
 async def test_a_wiped_pool_is_republished_through_the_watch(pool: Pool) -> None:
-    await wipe_and_see_it_republished(pool)
-
-
-async def test_a_wiped_pool_is_republished_through_the_watch_at_1_37(pool_137: Pool) -> None:
     """The wipe lands after the publisher's watch got its initial state: before the client read
     every gzip member, that watch heard nothing more at 1.37 and the pool stayed gone."""
-    await wipe_and_see_it_republished(pool_137)
 
-
-async def wipe_and_see_it_republished(pool: Pool) -> None:
     async def two() -> list[dict[str, Any]] | None:
         slices = await pool.slices()
         return slices if complete(slices, 2) else None
@@ -188,11 +175,11 @@ async def _claim(kube: KubeClient, name: str, devices: list[str]) -> dict[str, A
 
 
 async def test_prepare_reads_the_claim_from_the_server_and_checks_its_uid(
-    apiserver: ApiServer, tmp_path: Path
+    kube_apiserver: ApiServer, tmp_path: Path
 ) -> None:
     node = make_node(tmp_path)
     name = f"two-cpus-{uuid.uuid4().hex[:6]}"
-    async with KubeClient(apiserver.config()) as kube:
+    async with KubeClient(kube_apiserver.config()) as kube:
         node.preparer.kube = kube
         claim = await _claim(kube, name, ["cpu6", "cpu7"])
         uid = claim["metadata"]["uid"]

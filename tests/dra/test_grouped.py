@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from nri_resmgr.config import notapplied
 from nri_resmgr.config.models import DraConfig
 from nri_resmgr.config.validate import validate_spec
 from nri_resmgr.cpuset import CpuSet
@@ -278,12 +279,14 @@ async def test_grouped_mode_cannot_change_on_a_running_daemon(tmp_path: Path) ->
 
 
 def test_grouped_keys_with_dra_off_are_said_to_be_not_applied(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dra = DraConfig(cpu_device_mode="grouped", grouped_cpus="8-15")
+    monkeypatch.setattr(notapplied, "_reported", set())
+    dra = DraConfig(enabled=False, cpu_device_mode="grouped", grouped_cpus="8-15")
     with caplog.at_level(logging.WARNING):
         node = make_node(tmp_path, spec=topology_spec(dra=dra))
-    assert "cpuDeviceMode grouped is accepted but not applied: DRA is off" in caplog.text
+    said = "spec.dra.cpuDeviceMode: accepted, not applied: spec.dra.enabled is false"
+    assert caplog.text.count(said) == 1
     assert node.policy.claims.grouped == CpuSet()
 
 

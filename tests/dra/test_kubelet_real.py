@@ -1,10 +1,14 @@
 """Our DRA driver (the daemon, a real process) against kubelet's own code and a real apiserver.
 
-``kubelet-dra-peer`` is kubelet's plugin manager and DRA manager (k8s.io/kubernetes v1.35.4),
-wired as kubelet wires them: it finds our registration socket, calls GetInfo, chooses the
-service version, sends NotifyRegistrationStatus, and prepares and unprepares the claims of a
-pod, which it reads from the apiserver. A kubelet restart wipes the node's ResourceSlices; our
+``kubelet-dra-peer`` is kubelet's plugin manager and DRA manager (k8s.io/kubernetes), wired
+as kubelet wires them: it finds our registration socket, calls GetInfo, chooses the service
+version, sends NotifyRegistrationStatus, and prepares and unprepares the claims of a pod,
+which it reads from the apiserver. A kubelet restart wipes the node's ResourceSlices; our
 SIGTERM must deregister the driver.
+
+Run at the oldest and the newest Kubernetes supported (v1.35.4 and v1.37.2: kubelet and API
+server of one version, the session's two servers), or at the version a nox session names
+(``tests/kube/versions.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import trio
 from nri_resmgr.dra.kubeletplugin.publisher import resource_slices
 from nri_resmgr.kube import KubeClient
 from nri_resmgr.kube.resources import RESOURCE_CLAIMS, TEMPLATE_POLICIES
-from tests.agent.conftest import template_crd  # noqa: F401  (fixture)
+from tests.agent.conftest import with_template_crd
 from tests.agent.test_agent_integration import cr
 from tests.agent.test_process import admin, daemon  # noqa: F401  (fixture)
 from tests.conformance.peer import HarnessError
@@ -36,9 +40,17 @@ DRIVER = "template.nri.io"
 SLICES = resource_slices("v1")
 
 
-@pytest.fixture(scope="session")
-def kubelet_binary() -> Path:
-    return peer_binary()
+@pytest.fixture
+def kubelet_binary(kube_version: str) -> Path:
+    """The kubelet DRA peer of the version the test runs at (built once per version)."""
+    return peer_binary(kube_version)
+
+
+@pytest.fixture
+def template_crd(kube_apiserver: ApiServer) -> ApiServer:
+    """This module's API server (``admin`` and the daemon use it): the session's one of the
+    test's version, with the TemplatePolicy CRD."""
+    return with_template_crd(kube_apiserver)
 
 
 @pytest.fixture
@@ -97,7 +109,7 @@ def pod_using(ns: str, claim: str) -> dict[str, Any]:
 
 
 async def test_kubelets_own_code_registers_prepares_rewipes_and_deregisters(
-    template_crd: ApiServer,  # noqa: F811
+    template_crd: ApiServer,
     admin: tuple[KubeClient, str, str],  # noqa: F811
     kubelet_binary: Path,
     node_dirs: Path,

@@ -4,8 +4,8 @@
 topology-aware on the synthetic n4c16 machine (4 NUMA nodes of 4 CPUs, CPU 0 reserved), its
 devices published by the daemon's publisher and CPU driver, served by the kubelet-plugin
 layer on unix sockets that ``kubelet-dra-peer`` (kubelet's plugin manager and DRA manager,
-k8s.io/kubernetes v1.35.4) finds, registers and calls. Claims, each a request ``cpus`` with
-sub-requests in order of preference:
+k8s.io/kubernetes of the control plane's version) finds, registers and calls. Claims, each a
+request ``cpus`` with sub-requests in order of preference:
 
 - ``eight`` cannot fit (no NUMA node, or group, has 8 CPUs), so the scheduler falls back to
   ``four``: the result names ``cpus/four``;
@@ -17,9 +17,9 @@ container can only name ``cpus``), and the CPUs claimed must be the ones the res
 its devices (per-CPU mode) or its ``consumedCapacity`` inside its group (grouped mode). A
 second request ``spare`` and a container listing it show the mapping is by request.
 
-Per-CPU mode at kube-scheduler v1.35.4 (DRAPrioritizedList is beta, on by default since 1.34)
-and v1.37.2 (GA, locked on); grouped mode at v1.37.2 (consumable capacity is off in 1.35).
-``nox -s scheduler`` runs both modes at v1.36.3 instead. The API server refuses a result
+Per-CPU mode at kube-scheduler and kubelet v1.35.4 (DRAPrioritizedList is beta, on by default
+since 1.34) and v1.37.2 (GA, locked on); grouped mode at v1.37.2 (consumable capacity is off in
+1.35). ``nox -s scheduler`` runs both modes at v1.36.3 instead. The API server refuses a result
 naming a sub-request the claim does not have; the plugin's own check of that is in
 ``test_prioritized_list.py``.
 """
@@ -105,9 +105,10 @@ def stack(
         server.shutdown()
 
 
-@pytest.fixture(scope="session")
-def kubelet_binary() -> Path:
-    return peer_binary()
+@pytest.fixture(scope="module")
+def kubelet_binary(stack: Stack) -> Path:
+    """kubelet's DRA code of the control plane's version."""
+    return peer_binary(stack.version)
 
 
 @attrs.define

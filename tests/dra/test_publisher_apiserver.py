@@ -1,6 +1,8 @@
-"""The ResourceSlice publisher against a real kube-apiserver + etcd (v1.35, built on first use
-by the shared ``apiserver`` fixture): the server's validation accepts our slice, it is owned
-by the Node, and it is restored after edits and deletes made behind our back."""
+"""The ResourceSlice publisher against a real kube-apiserver + etcd (the session's servers,
+v1.35.4 and v1.37.2, or the version a nox session names: ``tests/kube/versions.py``): the
+server's validation accepts our slice, it is owned by the Node, and it is restored after edits
+and deletes made behind our back; grouped devices are published where the server keeps
+consumable capacity and refused, naming the feature, where it drops it."""
 
 from __future__ import annotations
 
@@ -19,11 +21,14 @@ from nri_resmgr.errors import Fatal
 from nri_resmgr.kube import KubeClient
 from nri_resmgr.kube.resources import NODES
 from tests.kube.apiserver import ApiServer
+from tests.kube.versions import minor
 
 pytestmark = pytest.mark.integration
 
 DRIVER = "template.nri.io"
 SLICES = resource_slices("v1")
+CONSUMABLE_CAPACITY_FROM = (1, 36)
+"""DRAConsumableCapacity: alpha, off by default in 1.34-1.35; beta, on by default from 1.36."""
 
 
 @attrs.define
@@ -49,8 +54,8 @@ async def eventually(check: Callable[[], Any], limit: float = 30.0) -> Any:
 
 
 @pytest.fixture
-async def published(apiserver: ApiServer) -> AsyncIterator[Published]:
-    async with KubeClient(apiserver.config()) as kube:
+async def published(kube_apiserver: ApiServer) -> AsyncIterator[Published]:
+    async with KubeClient(kube_apiserver.config()) as kube:
         node = await kube.create(NODES, {"metadata": {"name": f"dra-{uuid.uuid4().hex[:8]}"}})
         devices: list[Device] = []
 
@@ -150,27 +155,44 @@ async def test_a_recreated_node_becomes_the_owner_by_its_new_uid(published: Publ
     assert current["spec"]["pool"]["generation"] == 1
 
 
-async def test_grouped_devices_are_refused_where_the_server_drops_consumable_capacity(
-    apiserver: ApiServer,
-) -> None:
-    """1.35 (the suite's server) has DRAConsumableCapacity off: it stores a shared device
-    without allowMultipleAllocations, which would hand a whole group to one claim. The
-    publisher stops the daemon naming the feature instead."""
-    shared = Device(
+def shared_group() -> Device:
+    return Device(
         "numa0",
         {"numCPUs": 4},
         {"cpu": Capacity(4, RequestPolicy(minimum=1, step=1, default=1))},
         allow_multiple_allocations=True,
     )
 
-    async def devices() -> list[Device]:
-        return [shared]
 
-    async with KubeClient(apiserver.config()) as kube:
+async def test_grouped_devices_need_the_servers_consumable_capacity(
+    kube_apiserver: ApiServer, kube_version: str
+) -> None:
+    """Before 1.36 ``DRAConsumableCapacity`` is off: the server stores a shared device
+    without allowMultipleAllocations, which would hand a whole group to one claim. The
+    publisher stops the daemon naming the feature instead. From 1.36 on (beta, on by
+    default) the server keeps the device as sent and the publisher goes on."""
+
+    async def devices() -> list[Device]:
+        return [shared_group()]
+
+    async with KubeClient(kube_apiserver.config()) as kube:
         node = await kube.create(NODES, {"metadata": {"name": f"dra-{uuid.uuid4().hex[:8]}"}})
-        publisher = SlicePublisher(kube, devices, DRIVER, node["metadata"]["name"])
-        # Not retried as an API failure would be: the task ends with it.
-        with pytest.RaisesGroup(pytest.RaisesExc(Fatal, match="DRAConsumableCapacity")) as refused:
-            await publisher.run()
-        assert "dra.cpuDeviceMode: grouped" in str(refused.value.exceptions[0])
-        await kube.delete(NODES, node["metadata"]["name"])
+        name = node["metadata"]["name"]
+        publisher = SlicePublisher(kube, devices, DRIVER, name)
+        if minor(kube_version) < CONSUMABLE_CAPACITY_FROM:
+            # Not retried as an API failure would be: the task ends with it.
+            with pytest.RaisesGroup(pytest.RaisesExc(Fatal, match="DRAConsumableCapacity")) as no:
+                await publisher.run()
+            assert "dra.cpuDeviceMode: grouped" in str(no.value.exceptions[0])
+        else:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(publisher.run)
+                p = Published(kube, publisher, node, [])
+                obj = await eventually(lambda: one_slice(p))
+                nursery.cancel_scope.cancel()
+            [device] = obj["spec"]["devices"]
+            assert device["allowMultipleAllocations"] is True
+            assert device["capacity"]["cpu"]["requestPolicy"]["validRange"]["step"] == "1"
+            assert publisher.last_error is None
+            await kube.delete(SLICES, obj["metadata"]["name"])
+        await kube.delete(NODES, name)

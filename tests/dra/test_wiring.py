@@ -40,11 +40,10 @@ async def test_registration_republishes_slices_kubelet_wiped(
 
 
 def test_dra_off_unless_enabled() -> None:
-    for enabled in (None, False):
-        plugin = build_dra_plugin(
-            make_manager(), "template", enabled=enabled, node_name=NODE, kube=FakeKube({})
-        )
-        assert plugin is None
+    plugin = build_dra_plugin(
+        make_manager(), "template", enabled=False, node_name=NODE, kube=FakeKube({})
+    )
+    assert plugin is None
 
 
 @pytest.mark.parametrize(("node", "with_kube"), [("", True), (NODE, False), ("", False)])

@@ -32,6 +32,9 @@ BUILDERS: dict[str, Callable[[], object]] = {
     "kube-apiserver and etcd": ensure_binaries,
     "helm": ensure_helm,
     "kubelet plugin and DRA managers": ensure_peer,
+    "kubelet plugin and DRA managers at v1.37.2 (kubelet's newer API)": partial(
+        ensure_peer, "v1.37.2"
+    ),
     "kube-scheduler": ensure_scheduler,
     "kube-scheduler with scheduler-plugins' NodeResourceTopologyMatch": ensure_nrt_scheduler,
     "containerd v2.2.9 and crictl (host suite)": ensure_containerd,

@@ -19,6 +19,7 @@ import pytest
 
 from nri_resmgr.cli import parse_options
 from nri_resmgr.config.documents import load_document
+from nri_resmgr.config.draswitch import dra_switch
 from tests.helm.conftest import DRA_STATES, NAMESPACE, Helm
 from tests.helm.crds import POLICIES, admit, chart, committed_crd, documents
 
@@ -330,3 +331,44 @@ def test_values_schema_rejects_bad_values(helm: Helm, value: str, complaint: str
     result = helm.run("template", str(chart("template")), "--set", value, check=False)
     assert result.returncode != 0
     assert complaint in result.stderr
+
+
+# -- DRA turned on by the configuration (dra.enabled unset) -------------------------------
+
+ASKING = {
+    "topology-aware": (
+        "--set", "config.dra.cpuDeviceMode=grouped", "--set", "config.dra.groupedCPUs=8-15",
+    ),
+    "balloons": (
+        "--set", "config.balloonTypes[0].name=claimed",
+        "--set", "config.balloonTypes[0].dra.publish=true",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("policy", sorted(ASKING))
+def test_a_config_asking_for_devices_gets_the_dra_pieces_unless_disabled(
+    helm: Helm, policy: str
+) -> None:
+    """The chart follows the daemon's rule (config.draswitch): with dra.enabled unset, a
+    key asking for devices turns DRA on, so the RBAC, mounts and DeviceClass come with it,
+    exactly as with dra.enabled true; an explicit false keeps them out."""
+
+    def rendered(*state: str) -> list[dict[str, Any]]:
+        return documents(helm.template(chart(policy), *ASKING[policy], *state))
+
+    asked, enabled = rendered(), rendered(*DRA_STATES["enabled"])
+    assert one(asked, "DeviceClass") and SLICE_RULE in one(asked, "ClusterRole")["rules"]
+    cr = _config_cr(asked)
+    assert "enabled" not in cr["spec"].get("dra", {})
+    assert dra_switch(load_document(cr).spec).on
+    del _config_cr(enabled)["spec"]["dra"]["enabled"]
+    if not _config_cr(enabled)["spec"]["dra"]:
+        del _config_cr(enabled)["spec"]["dra"]
+    assert asked == enabled
+
+    disabled = rendered(*DRA_STATES["disabled"])
+    assert not [d for d in disabled if d["kind"] == "DeviceClass"]
+    assert SLICE_RULE not in one(disabled, "ClusterRole")["rules"]
+    assert not any(a in container(disabled)["args"] for a in DRA_ARGS)
+    assert not dra_switch(load_document(_config_cr(disabled)).spec).on

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import attrs
 import httpx
+import pytest
 import trio
 
 from nri_resmgr.kube import ClusterConfig, load_kubeconfig
@@ -79,6 +80,8 @@ class ApiServer:
     etcd_peer_port: int = attrs.field(factory=stable_port)
     flags: tuple[str, ...] = ()
     """More kube-apiserver flags, after (so overriding) the defaults below."""
+    version: str = KUBERNETES_VERSION
+    """The Kubernetes version ``kube_apiserver`` was built from."""
     _etcd_proc: subprocess.Popen[bytes] | None = None
     _api_proc: subprocess.Popen[bytes] | None = None
 
@@ -224,7 +227,7 @@ def start_apiserver(
         kube_apiserver, etcd = ensure_binaries(version)
     except BuildError as exc:
         missing_peer(f"kube-apiserver {version}/etcd peer cannot be built here: {exc}")
-    server = ApiServer(workdir, kube_apiserver, etcd, flags=flags)
+    server = ApiServer(workdir, kube_apiserver, etcd, flags=flags, version=version)
     _make_credentials(workdir)
     _write_kubeconfig(server)
     server.start_etcd()
@@ -235,6 +238,24 @@ def start_apiserver(
         server.shutdown()
         raise
     return server
+
+
+SHARED_APISERVERS = {KUBERNETES_VERSION: "apiserver", "v1.37.2": "apiserver_137"}
+"""The session's API servers by version: the fixture (``tests/conftest.py``) that starts each."""
+
+
+def session_apiserver(request: pytest.FixtureRequest, version: str) -> ApiServer:
+    """The session's API server of ``version``: one of the shared ones, so a test
+    parametrized over versions starts no server of its own; another version (only a nox
+    session asks for one) gets one started on first use and kept for the session."""
+    if version in SHARED_APISERVERS:
+        server: ApiServer = request.getfixturevalue(SHARED_APISERVERS[version])
+        return server
+    others: dict[str, ApiServer] = request.getfixturevalue("other_apiservers")
+    if version not in others:
+        factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
+        others[version] = start_apiserver(factory.mktemp(f"apiserver-{version}"), version)
+    return others[version]
 
 
 def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:

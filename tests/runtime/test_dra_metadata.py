@@ -1,8 +1,9 @@
 """Device metadata (KEP-5304) read from inside a container that the real containerd started.
 
 Every part is real: kube-apiserver and kube-scheduler v1.37.2 (consumable capacity on by
-default there), kubelet's own DRA manager (``kubelet-dra-peer``, v1.35.4: a kubelet two minors
-older than its control plane, within the skew Kubernetes supports), our daemon as a process
+default there), kubelet's own DRA manager (``kubelet-dra-peer``) at v1.35.4 (a kubelet two
+minors older than its control plane, within the skew Kubernetes supports) and at v1.37.2 (or
+all three at the version a nox session names), our daemon as a process
 (topology-aware, NRI plugin of the containerd below, DRA on), and containerd 2.2.9 with CDI
 on, reading the daemon's CDI directory. The scheduler allocates a 1-CPU claim on CPU 1
 (per-CPU mode: device ``cpu1``; grouped mode: ``numa0`` with ``groupedCPUs: "1"``), kubelet

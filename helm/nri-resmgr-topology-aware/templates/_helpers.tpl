@@ -33,14 +33,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{/*
-"true" only when config.dra.enabled is true; unset (no dra section) and false are both off.
-Every DRA-only piece of a template sits in a flat block opened by
-`if include "nri-resmgr.draEnabled" .`, so the chart renders without DRA exactly as a chart
-that never had it.
+"true" exactly when the daemon turns DRA on (nri_resmgr/config/draswitch.py): config.dra.enabled
+true, or unset while the config asks for devices (dra.cpuDeviceMode grouped, a balloon type
+with dra.publish true); false, and unset without such a key, are off. Every DRA-only piece of
+a template sits in a flat block opened by `if include "nri-resmgr.draEnabled" .`, so the
+chart renders without DRA exactly as a chart that never had it.
 */}}
 {{- define "nri-resmgr.draEnabled" -}}
-{{- $dra := .Values.config.dra | default dict -}}
-{{- if and (kindIs "bool" $dra.enabled) $dra.enabled -}}true{{- end -}}
+{{- $config := .Values.config | default dict -}}
+{{- $dra := $config.dra | default dict -}}
+{{- if kindIs "bool" $dra.enabled -}}
+{{- if $dra.enabled -}}true{{- end -}}
+{{- else -}}
+{{- $asks := eq (toString $dra.cpuDeviceMode) "grouped" -}}
+{{- range ($config.balloonTypes | default list) -}}
+{{- $typeDra := .dra | default dict -}}
+{{- if and (kindIs "bool" $typeDra.publish) $typeDra.publish -}}{{- $asks = true -}}{{- end -}}
+{{- end -}}
+{{- if $asks -}}true{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "nri-resmgr.image" -}}

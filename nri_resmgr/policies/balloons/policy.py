@@ -114,7 +114,6 @@ class BalloonsPolicy(ClaimsMixin, HardwarePolicy):
         self._check_cpu_classes_writable(spec)
         types = balloon_types(spec)
         report(spec, (*NOT_APPLIED, *NOT_APPLIED_CONSTRAINTS))
-        _report_dra_off(spec)
         report_class_keys(spec)
         allowed = allowed_cpus(self.system, spec.available_resources)
         reserved = reserved_cpus(self.system, spec.reserved_resources, allowed)
@@ -399,17 +398,3 @@ def _memory_type_annotation(prefs: BalloonPreferences, live: Live) -> MemoryType
     except ValueError as e:
         log.error("%s: ignoring annotation memory-type: %s", live.name, shorten(str(e)))
         return None
-
-
-def _report_dra_off(spec: BalloonsSpec) -> None:
-    """Published types with DRA off (``dra.enabled`` unset or false: no driver runs) offer
-    nothing: said, not silently ignored."""
-    if spec.dra.enabled:
-        return
-    names = [t.name for t in spec.balloon_types if t.dra is not None and t.dra.publish]
-    if names:
-        log.warning(
-            "spec.balloonTypes[].dra.publish (types %s) is accepted but not applied: DRA is "
-            "off (spec.dra.enabled is not true)",
-            ", ".join(names),
-        )

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from nri_resmgr.config.draswitch import dra_switch
 from nri_resmgr.config.models import PolicySpec, TopologyAwareSpec
 from nri_resmgr.config.notapplied import report
 from nri_resmgr.cpus.errors import PlacementError
@@ -85,11 +86,9 @@ class TopologyAwarePolicy(HardwarePolicy):
 
     def _grouped_cpus(self, engine: Engine, spec: PolicySpec) -> CpuSet:
         """``dra.groupedCPUs`` in grouped mode (checked against what the node offers), else
-        nothing. Set apart for grouped claims only with DRA on."""
-        if spec.dra.cpu_device_mode != "grouped":
-            return CpuSet()
-        if not spec.dra.enabled:
-            log.warning("spec.dra.cpuDeviceMode grouped is accepted but not applied: DRA is off")
+        nothing. Set apart for grouped claims only with DRA on (grouped mode turns it on
+        unless ``dra.enabled`` is false; the manager says the key is not applied then)."""
+        if spec.dra.cpu_device_mode != "grouped" or not dra_switch(spec).on:
             return CpuSet()
         grouped = CpuSet.parse(spec.dra.grouped_cpus or "")
         offered = engine.allowed - engine.reserved

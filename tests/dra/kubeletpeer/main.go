@@ -14,6 +14,10 @@
 //	{"op":"quit"}
 //
 // Every reply has "op", "ok" and, when not ok, "error".
+//
+// Where kubelet's API differs between the Kubernetes versions the suite builds this at, the
+// difference lives in a file of its own chosen by a build tag (tests/dra/kubeletbuild.py
+// sets it per version): node_ctx.go (1.36 and later) and node_noctx.go (1.35).
 package main
 
 import (
@@ -38,8 +42,6 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
 	draplugin "k8s.io/kubernetes/pkg/kubelet/cm/dra/plugin"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 type command struct {
@@ -108,9 +110,7 @@ func start(ctx context.Context, kubeconfig, nodeName, registryDir, stateDir stri
 		return nil, fmt.Errorf("DRA manager: %w", err)
 	}
 	p := &peer{manager: manager, pods: map[types.UID]*v1.Pod{}}
-	getNode := func() (*v1.Node, error) {
-		return client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-	}
+	getNode := nodeGetter(ctx, client, nodeName)
 	// As container_manager_linux.go: Start (which creates the plugin registration handler
 	// and, in the background, wipes the node's ResourceSlices), then the handler is added
 	// to the plugin manager (kubelet.go) and the plugin manager runs.
