@@ -74,6 +74,7 @@ def apiserver(session: nox.Session) -> None:
 KUBE_VERSION_TESTS = (
     "tests/dra/test_grouped_scheduler.py",
     "tests/dra/test_prioritized_scheduler.py",
+    "tests/dra/test_balloons_scheduler.py",
     "tests/dra/test_chain.py",
     "tests/dra/test_chain_scheduler.py",
     "tests/dra/test_kubelet_real.py",

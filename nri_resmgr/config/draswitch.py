@@ -18,7 +18,7 @@ balloon type's ``dra.publish: true``. Not asking: ``cpuDeviceMode: individual`` 
 default's own value: a chart or tool that writes the default must not turn DRA on),
 ``dra.groupBy`` and ``dra.groupedCPUs`` (parameters of grouped mode, refused at load without
 it, so ``cpuDeviceMode`` is always the key that asked), and a balloon type's ``dra.groupBy``
-without ``publish``.
+(refused at load without ``publish``, likewise).
 
 Pure functions of the spec, except ``say_not_applied`` (one log line per key and process).
 The effective value is fixed at start: the kubelet plugin, its asyncio loop and grouped

@@ -71,10 +71,37 @@ def _check_balloons(spec: BalloonsSpec, path: str) -> list[str]:
                 f"{where}: minBalloons ({bt.min_balloons}) exceeds maxBalloons ({bt.max_balloons})"
             )
         errors += _check_balloon_refs(spec, bt, where)
+        errors += _check_balloon_dra(bt, f"{where}.dra")
     errors += check_expressions(
         spec.preserve.match_expressions if spec.preserve else (), f"{path}.preserve"
     )
     return errors
+
+
+MAX_DRA_STRING = 64
+"""A DRA device attribute's string value is at most 64 characters (the type's name is one)."""
+
+
+def _check_balloon_dra(bt: BalloonType, where: str) -> list[str]:
+    """The balloon types that can publish DRA devices (``balloonTypes[].dra``)."""
+    dra = bt.dra
+    if dra is None:
+        return []
+    if not dra.publish:
+        return [f"{where}.groupBy: applies only with publish: true"] if dra.group_by else []
+    why = None
+    if bt.name in ("reserved", "default"):
+        why = (
+            f"the built-in {bt.name!r} balloon is one instance the policy keeps itself; "
+            "a claim gets a balloon of its own"
+        )
+    elif bt.components:
+        why = "a composite type's CPUs are its components' balloons, not CPUs a claim can consume"
+    elif bt.max_cpus < 0:
+        why = "maxCPUs < 0: the type never holds a container"
+    elif len(bt.name) > MAX_DRA_STRING:
+        why = f"the type's name is published as an attribute, at most {MAX_DRA_STRING} characters"
+    return [] if why is None else [f"{where}.publish: cannot publish type {bt.name!r}: {why}"]
 
 
 def _check_balloon_refs(spec: BalloonsSpec, bt: BalloonType, where: str) -> list[str]:

@@ -77,6 +77,8 @@ def build_dra_plugin(
     driver.restore(manager.policy)
     publisher = SlicePublisher(kube, driver.devices, driver_name, node_name, node=node)
     manager.reconfigure_hooks.append(_republish_after(publisher))
+    # Devices that change with what containers hold (balloons' capacity) are republished too.
+    manager.policy.devices_changed = publisher.trigger
     return KubeletPlugin(
         driver, driver_name, kube, plugins_dir, registry_dir, publisher=publisher, cdi_dir=cdi_dir
     )

@@ -195,7 +195,7 @@ class ResourceManager:
         """A grouped claim: the policy picks its CPUs (``Policy.pick_claim_cpus``) and claims
         them under one hold of the lock, so no other request takes them in between."""
         async with self.lock:
-            grant = attrs.evolve(claim, cpus=self.policy.pick_claim_cpus(asks))
+            grant = attrs.evolve(claim, cpus=self.policy.pick_claim_cpus(asks, claim))
             updates = self.policy.claim_cpus(grant)
         await self.send_updates(updates)
         return grant

@@ -156,6 +156,9 @@ class Device:
     shared: bool = False
     """Several claims share the device, each consuming part of its ``cpu`` capacity: Prepare
     picks that many of ``cpus`` (a grouped device); else a claim gets all of ``cpus``."""
+    min_request: int = 1
+    """A shared device: the fewest CPUs one claim consumes; the scheduler rounds a smaller
+    request up to it (the balloons policy's minCPUs)."""
 
 
 GROUP_CAPACITY = "cpu"
@@ -208,6 +211,9 @@ class ClaimGrant:
     grouped: bool = False
     """Allocated from grouped devices (consumable capacity): its CPUs come from the CPUs set
     apart for grouped claims, which per-CPU claims never touch."""
+    devices: tuple[str, ...] = ()
+    """The names of this driver's devices the claim's allocation names (from its record), so
+    a policy whose devices mean more than CPUs (balloons: a balloon type) knows which."""
 
 
 def claim_refusal(pod: Pod, container: Container, grant: ClaimGrant) -> str | None:

@@ -8,7 +8,7 @@ server) lives in the manager and its tasks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar, Protocol
 
 import attrs
@@ -98,13 +98,21 @@ class Policy(Protocol):
         containers of the claim that already run). Idempotent for the same grant. Raises
         ``ClaimError`` (nothing changed) for CPUs the policy does not offer or that are taken."""
 
-    def pick_claim_cpus(self, asks: Sequence[tuple[CpuSet, int]]) -> CpuSet:
+    def pick_claim_cpus(
+        self, asks: Sequence[tuple[CpuSet, int]], claim: ClaimGrant | None = None
+    ) -> CpuSet:
         """CPUs for a claim allocated from grouped devices: for each (group CPUs, count)
-        ``count`` free CPUs of the group, chosen as exclusive grants are. Changes nothing;
-        raises ``ClaimError`` when a group has fewer free."""
+        ``count`` free CPUs of the group, chosen as exclusive grants are (``claim``: the
+        claim, its devices named, CPUs not yet). Changes nothing; raises ``ClaimError`` when
+        a group has fewer free."""
 
     def release_claim(self, claim_uid: str) -> list[Update]:
         """Return a claim's CPUs to the shared pools; unknown UIDs are no-ops."""
+
+    devices_changed: Callable[[], None]
+    """Set by the DRA layer (the slice publisher's ``trigger``): a policy whose devices change
+    with what its containers hold (not only with claims and configuration) calls it when they
+    did, so the slice is republished. Default: nothing listens."""
 
     def gauges(self) -> list[PolicyGauge]:
         """The policy's gauges for /metrics (upstream's names where upstream has them)."""
@@ -123,6 +131,7 @@ class PolicyBase:
 
     def __init__(self) -> None:
         self.env = PolicyEnv()
+        self.devices_changed: Callable[[], None] = _nobody_listens
 
     def setup(self, spec: PolicySpec, env: PolicyEnv) -> None:
         self.env = env
@@ -176,7 +185,9 @@ class PolicyBase:
             f"policy {self.name} offers no CPU devices; cannot claim cpus {claim.cpus}"
         )
 
-    def pick_claim_cpus(self, asks: Sequence[tuple[CpuSet, int]]) -> CpuSet:
+    def pick_claim_cpus(
+        self, asks: Sequence[tuple[CpuSet, int]], claim: ClaimGrant | None = None
+    ) -> CpuSet:
         raise ClaimError(f"policy {self.name} offers no grouped CPU devices")
 
     def release_claim(self, claim_uid: str) -> list[Update]:
@@ -190,3 +201,7 @@ class PolicyBase:
 
     def topology_attributes(self) -> list[tuple[str, str]]:
         return []
+
+
+def _nobody_listens() -> None:
+    pass

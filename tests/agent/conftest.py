@@ -36,6 +36,13 @@ def balloons_crd(apiserver: ApiServer) -> ApiServer:
     return with_template_crd(apiserver, "BalloonsPolicy")
 
 
+@pytest.fixture(scope="session")
+def balloons_crd_137(apiserver_137: ApiServer) -> ApiServer:
+    """The BalloonsPolicy CRD on the session's v1.37.2 API server (consumable capacity on:
+    published balloon types' shared devices are stored as sent)."""
+    return with_template_crd(apiserver_137, "BalloonsPolicy")
+
+
 def with_template_crd(server: ApiServer, kind: str = KIND) -> ApiServer:
     """``server`` with the CRD of ``kind`` (TemplatePolicy unless named) applied and
     established (again: a no-op)."""

@@ -1,5 +1,6 @@
 """DRA turned on by the policy (issue 38 item 3) in a real daemon process, cluster mode, against
-the real kube-apiserver, grpcio acting as kubelet: a balloons CR whose balloon type has
+the real kube-apiserver v1.37.2 (the published type's devices need consumable capacity), grpcio
+acting as kubelet: a balloons CR whose balloon type has
 ``dra.publish: true`` and no ``dra.enabled`` starts the driver ``balloons.nri.io``, said once
 with the key; a CR update removing the key is refused (a restart is needed) and the driver
 keeps serving under the old configuration."""
@@ -38,8 +39,10 @@ def balloons_cr(publish: bool) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def cluster(balloons_crd: ApiServer) -> AsyncIterator[tuple[KubeClient, str, str]]:
-    async with admin_on(balloons_crd) as found:
+async def cluster(balloons_crd_137: ApiServer) -> AsyncIterator[tuple[KubeClient, str, str]]:
+    # v1.37.2: the published type's devices are shared (consumable capacity), which a 1.35
+    # API server drops, and the daemon stops naming the feature (publisher._check_kept).
+    async with admin_on(balloons_crd_137) as found:
         yield found
 
 
@@ -54,7 +57,7 @@ async def node_entry(client: KubeClient, ns: str, node: str, generation: int) ->
 
 
 async def test_a_publishing_balloon_type_turns_dra_on_and_removing_it_needs_a_restart(
-    balloons_crd: ApiServer,
+    balloons_crd_137: ApiServer,
     cluster: tuple[KubeClient, str, str],
     kubelet_stubs: KubeletStubs,  # noqa: F811
     kubelet_dirs: tuple[Path, Path],  # noqa: F811
@@ -71,7 +74,7 @@ async def test_a_publishing_balloon_type_turns_dra_on_and_removing_it_needs_a_re
             "--dra-state-dir", str(tmp_path / "state"))  # fmt: skip
     kubelet = Kubelet(kubelet_stubs)
     try:
-        with daemon(balloons_crd, ns, node, tmp_path, *args, policy="balloons") as d:
+        with daemon(balloons_crd_137, ns, node, tmp_path, *args, policy="balloons") as d:
             await wait_path(reg_sock, True)
             info = await kubelet.get_info(reg_sock)
             assert (info.type, info.name) == ("DRAPlugin", DRIVER)

@@ -9,7 +9,8 @@ import pytest
 
 from nri_resmgr.config.documents import load_document
 from nri_resmgr.config.draswitch import device_keys, dra_switch, switch_refusal
-from nri_resmgr.config.models import PolicySpec
+from nri_resmgr.config.models import BalloonType, BalloonTypeDra, PolicySpec
+from tests.policies.workload import balloons_spec
 
 KINDS = {"ta": "TopologyAwarePolicy", "balloons": "BalloonsPolicy", "template": "TemplatePolicy"}
 GROUPED = {"cpuDeviceMode": "grouped", "groupedCPUs": "8-15"}
@@ -59,7 +60,10 @@ NOT_ASKING = {
     "template": spec("template"),
     "balloons plain": balloons(balloon_type("a")),
     "publish false": balloons(balloon_type("a", publish=False)),
-    "groupBy only": balloons(balloon_type("a", groupBy="socket")),
+    # Refused at load ("applies only with publish: true"); as a model it still asks nothing.
+    "groupBy only": balloons_spec(
+        balloon_types=(BalloonType(name="a", dra=BalloonTypeDra(group_by="socket")),)
+    ),
 }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from nri_resmgr.kube import ApiResource, KubeObject, NotFound
 from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.manager import ResourceManager
 from nri_resmgr.resmgr.model import Container, Pod, Update, claim_env_name, claims_from_env
-from nri_resmgr.resmgr.policy import PolicyEnv
+from nri_resmgr.resmgr.policy import Policy, PolicyEnv
 from tests.policies.workload import Runtime, topology_spec
 from tests.sysfs.fakesys import N4C16, write_sysfs
 
@@ -117,7 +117,7 @@ class AppliedRuntime:
 @attrs.define
 class Node:
     root: Path
-    policy: TopologyAwarePolicy
+    policy: Any  # TopologyAwarePolicy unless ``make_node`` was given another
     manager: ResourceManager
     runtime: Runtime
     updater: AppliedRuntime
@@ -127,10 +127,12 @@ class Node:
     cdi_dir: Path
     state_dir: Path
     spec: PolicySpec
+    driver_name: str = DRIVER
+    policy_class: Callable[[], Policy] = TopologyAwarePolicy
 
     @property
     def plugin_dir(self) -> Path:
-        return self.root / "plugins" / DRIVER
+        return self.root / "plugins" / self.driver_name
 
     def ref(self, uid: str) -> ClaimRef:
         meta = self.claim_meta(uid)
@@ -150,7 +152,7 @@ class Node:
         unless ``spec``); the runtime keeps its containers (the caller synchronizes)."""
         return make_node(
             self.root, self.cdi_dir, self.state_dir, self.claims, self.runtime,
-            spec=spec or self.spec,
+            spec=spec or self.spec, policy_class=self.policy_class, driver_name=self.driver_name,
         )  # fmt: skip
 
 
@@ -162,12 +164,14 @@ def make_node(
     old_runtime: Runtime | None = None,
     *,
     spec: PolicySpec | None = None,
+    policy_class: Callable[[], Policy] = TopologyAwarePolicy,
+    driver_name: str = DRIVER,
 ) -> Node:
     if not (root / "sys").exists():
         write_sysfs(root, N4C16)
     cdi_dir = cdi_dir or root / "cdi"
     state_dir = state_dir or root / "state"
-    policy = TopologyAwarePolicy()
+    policy = policy_class()
     spec = spec or topology_spec()
     manager = ResourceManager(policy, spec, PolicyEnv(host_root=str(root)))
     runtime = Runtime(policy)
@@ -177,13 +181,14 @@ def make_node(
     updater = AppliedRuntime(runtime)
     manager.attach_runtime(updater)
     claims = claims or Claims()
-    driver = CpuDriver(manager, DRIVER, NODE, ClaimStore(state_dir), CdiWriter(cdi_dir, DRIVER))
+    name = driver_name
+    driver = CpuDriver(manager, name, NODE, ClaimStore(state_dir), CdiWriter(cdi_dir, name))
     driver.restore(policy)
-    metadata = MetadataWriter(DRIVER, root / "plugins" / DRIVER, cdi_dir)
-    preparer = ClaimService(driver, DRIVER, claims, metadata=metadata)  # type: ignore[arg-type]
+    metadata = MetadataWriter(name, root / "plugins" / name, cdi_dir)
+    preparer = ClaimService(driver, name, claims, metadata=metadata)  # type: ignore[arg-type]
     return Node(
         root, policy, manager, runtime, updater, claims, driver, preparer, cdi_dir, state_dir,
-        spec,
+        spec, name, policy_class,
     )  # fmt: skip
 
 

@@ -71,3 +71,11 @@ def test_enabled_with_cluster_access_builds_plugin_and_publisher() -> None:
     )
     assert isinstance(plugin.publisher, SlicePublisher)
     assert plugin.publisher.pool_name == NODE
+
+
+def test_the_policy_announces_device_changes_to_the_publisher() -> None:
+    """A policy whose devices follow what containers hold (balloons) asks for a sync."""
+    manager = make_manager()
+    plugin = build_dra_plugin(manager, "balloons", enabled=True, node_name=NODE, kube=FakeKube({}))
+    assert plugin is not None and plugin.publisher is not None
+    assert manager.policy.devices_changed == plugin.publisher.trigger

@@ -233,13 +233,14 @@ def _consistent_dra(spec: dict[str, Any], policy: str) -> None:
 
 def _consistent_balloons(spec: dict[str, Any]) -> None:
     """Make the generated balloons example meet the cross-field rules: expression keys name
-    a label, and a component is another balloon type."""
+    a label, a component is another balloon type, and the type that publishes DRA devices
+    is not composite."""
     for exprs in (
         spec["balloonTypes"][0]["matchExpressions"],
         spec["preserve"]["matchExpressions"],
     ):
         exprs[0]["key"] = "pod/labels/30s"
-    spec["balloonTypes"].append({"name": "part"})
+    spec["balloonTypes"].append({"name": "part", "dra": spec["balloonTypes"][0].pop("dra")})
     spec["balloonTypes"][0]["components"][0]["balloonType"] = "part"
 
 

@@ -101,14 +101,19 @@ def slice_device(device: model.Device) -> Device:
 
 
 def _request_policy(device: model.Device, value: int) -> RequestPolicy | None:
-    """Whole CPUs for a grouped device. The API server refuses a step that cannot be taken
-    once above the minimum (``min + step > capacity``, a group of one CPU): there the step
-    goes, and the only amount in range, one CPU, is whole anyway."""
+    """Whole CPUs for a grouped device, at least its ``min_request`` (also what a request
+    naming no amount consumes). The API server refuses a step that cannot be taken once
+    above the minimum (``min + step > capacity``, a group of one CPU): there the step goes,
+    and the only amount in range is whole anyway."""
     if not device.shared:
         return None
-    if value < WHOLE_CPUS_FROM + WHOLE_CPU_STEP:
-        return attrs.evolve(GROUP_REQUEST_POLICY, step=None)
-    return GROUP_REQUEST_POLICY
+    least = max(WHOLE_CPUS_FROM, device.min_request)
+    policy = GROUP_REQUEST_POLICY
+    if least != WHOLE_CPUS_FROM:
+        policy = attrs.evolve(policy, minimum=least, default=least)
+    if value < least + WHOLE_CPU_STEP:
+        return attrs.evolve(policy, step=None)
+    return policy
 
 
 class CpuDriver:
@@ -174,6 +179,7 @@ class CpuDriver:
             record.key,
             self.cdi.device_id(record.uid),
             grouped=record.grouped,
+            devices=tuple(r.device for r in record.results),
         )
 
     # -- the Driver protocol ----------------------------------------------------------------

@@ -318,8 +318,9 @@ def _check_kept(devices: tuple[Device, ...], written: Mapping[str, Any]) -> None
     if dropped:
         raise Fatal(
             f"the API server dropped allowMultipleAllocations from ResourceSlice devices "
-            f"{', '.join(dropped)}: grouped CPU devices (dra.cpuDeviceMode: grouped) need "
-            f"{CONSUMABLE_CAPACITY}; enable it or use cpuDeviceMode individual"
+            f"{', '.join(dropped)}: shared CPU devices (topology-aware's dra.cpuDeviceMode: "
+            f"grouped, balloons' balloonTypes[].dra.publish) need {CONSUMABLE_CAPACITY}; "
+            "enable it, or use cpuDeviceMode individual / no published balloon type"
         )
 
 

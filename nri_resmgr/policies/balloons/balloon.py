@@ -24,6 +24,10 @@ class Balloon:
     """container id -> groupBy value (only for types with groupBy)."""
     components: list[Balloon] = attrs.field(factory=list)
     """The component balloons of a composite balloon (their CPUs make up ``cpus``)."""
+    claim: str = ""
+    """The UID of the DRA claim this balloon was made for (``dra.py``), else empty: such a
+    balloon has exactly the claim's CPUs, takes only the claim's containers, and neither
+    inflates, deflates nor goes away until the claim is unprepared."""
 
     @property
     def name(self) -> str:

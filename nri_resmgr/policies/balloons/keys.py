@@ -50,6 +50,8 @@ APPLIED = frozenset(
         f"{_BT}.showContainersInNrt",
         "spec.idleCPUClass",
         f"{_BT}.cpuClass",
+        f"{_BT}.dra.publish",
+        f"{_BT}.dra.groupBy",
     }
 )
 
@@ -60,8 +62,6 @@ NOT_APPLIED = (
     f"{_BT}.schedulingClass",
     f"{_BT}.irqClaim",
     f"{_BT}.irqMode",
-    f"{_BT}.dra.publish",
-    f"{_BT}.dra.groupBy",
     *(
         f"spec.schedulingClasses[].{k}"
         for k in (

@@ -10,8 +10,7 @@ import attrs
 
 from nri_resmgr.config.expressions import evaluate, expand
 from nri_resmgr.config.models import BalloonsSpec, BalloonType, PolicySpec
-from nri_resmgr.config.notapplied import in_use, report, say_once
-from nri_resmgr.config.values import CpuList, CpusExcept
+from nri_resmgr.config.notapplied import report
 from nri_resmgr.control import CpuFreqControl, FreqClass
 from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
@@ -19,11 +18,17 @@ from nri_resmgr.errors import ConfigError
 from nri_resmgr.instrumentation.exports import PolicyGauge, TopologyZone
 from nri_resmgr.policies.balloons import cpuclasses, exports
 from nri_resmgr.policies.balloons.balloon import Balloon
+from nri_resmgr.policies.balloons.claiming import ClaimsMixin
 from nri_resmgr.policies.balloons.devices import close_cpus
+from nri_resmgr.policies.balloons.dra import ClaimBalloons
 from nri_resmgr.policies.balloons.keys import (
-    CLASS_NOT_APPLIED,
     NOT_APPLIED,
     NOT_APPLIED_CONSTRAINTS,
+)
+from nri_resmgr.policies.balloons.loading import (
+    check_memory_types,
+    report_class_keys,
+    reserved_type,
 )
 from nri_resmgr.policies.balloons.preferences import BalloonPreferences, preferences_of
 from nri_resmgr.policies.balloons.restore import Live, rebuild
@@ -40,8 +45,16 @@ from nri_resmgr.policies.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.policies.hardware import HardwarePolicy, reported_cpuset
 from nri_resmgr.policies.requests import container_request, milli_cpu_to_shares
 from nri_resmgr.policies.subject import container_subject
-from nri_resmgr.resmgr.model import Adjustment, Container, ContainerState, Pod, Resources, Update
-from nri_resmgr.resmgr.policy import PolicyEnv
+from nri_resmgr.resmgr.model import (
+    Adjustment,
+    Container,
+    ContainerState,
+    Device,
+    Pod,
+    Resources,
+    Update,
+)
+from nri_resmgr.resmgr.policy import ClaimError, PolicyEnv
 from nri_resmgr.shorten import shorten
 from nri_resmgr.sysfs import MemoryType, System
 from nri_resmgr.sysfs.caches import shared_caches
@@ -49,7 +62,7 @@ from nri_resmgr.sysfs.caches import shared_caches
 log = logging.getLogger(__name__)
 
 
-class BalloonsPolicy(HardwarePolicy):
+class BalloonsPolicy(ClaimsMixin, HardwarePolicy):
     name = "balloons"
 
     def __init__(self, system: System | None = None) -> None:
@@ -58,6 +71,9 @@ class BalloonsPolicy(HardwarePolicy):
         self._matcher: Matcher | None = None
         self._cpufreq: CpuFreqControl | None = None
         self._classes: dict[str, FreqClass] = {}
+        self._claims = ClaimBalloons()
+        self._published: list[Device] | None = None
+        """The devices as last announced (``devices_changed``), to call it only on change."""
 
     @property
     def state(self) -> Balloons:
@@ -78,7 +94,7 @@ class BalloonsPolicy(HardwarePolicy):
         self._state, self._matcher = self._build(spec)
         self._create_min_balloons(self._state)
         self._classes = cpuclasses.freq_classes(self._state.spec)
-        self._control()
+        self._after_decision()
 
     def _control(self) -> None:
         """The CPU-class control step, after every decision: frequency files follow the
@@ -94,14 +110,14 @@ class BalloonsPolicy(HardwarePolicy):
             raise ConfigError(
                 f"spec: balloons needs a BalloonsPolicy spec, got {type(spec).__name__}"
             )
-        _check_memory_types(spec)
+        check_memory_types(spec)
         self._check_cpu_classes_writable(spec)
         types = balloon_types(spec)
         report(spec, (*NOT_APPLIED, *NOT_APPLIED_CONSTRAINTS))
-        _report_class_keys(spec)
+        report_class_keys(spec)
         allowed = allowed_cpus(self.system, spec.available_resources)
         reserved = reserved_cpus(self.system, spec.reserved_resources, allowed)
-        types, reserved = _reserved_type(spec, types, reserved)
+        types, reserved = reserved_type(spec, types, reserved)
         matcher = Matcher(tuple(types), spec.reserved_pool_namespaces)
         devices = {}
         for d in {d for t in types for d in t.prefer_close_to_devices}:
@@ -147,6 +163,10 @@ class BalloonsPolicy(HardwarePolicy):
 
     def reconfigure(self, spec: PolicySpec) -> list[Update]:
         state, matcher = self._build(spec)
+        try:
+            self._claims.install(state)
+        except ClaimError as e:
+            raise ConfigError(f"spec.balloonTypes: {e} (unprepare the claim first)") from e
         lives = []
         held: dict[str, tuple[CpuSet | None, CpuSet | None]] = {}
         for a in self.state.members:
@@ -168,7 +188,7 @@ class BalloonsPolicy(HardwarePolicy):
             self._state, self._matcher = old
             raise
         self._classes = cpuclasses.freq_classes(state.spec)
-        self._control()
+        self._after_decision()
         return updates
 
     # -- synchronization ------------------------------------------------------------------
@@ -185,8 +205,12 @@ class BalloonsPolicy(HardwarePolicy):
             lives.append(self._live(self.matcher, pod, c, cpus, mems, running=True))
         # Start from empty balloons: the running containers say where the balloons are.
         self._state, _ = self._build(self.state.spec)
+        try:
+            self._claims.install(self._state)
+        except ClaimError as e:  # the configuration is the one the claims were checked in
+            log.error("DRA claims' balloons not rebuilt: %s", e)
         updates = self._restore(lives)
-        self._control()
+        self._after_decision()
         log.info("synchronized %d containers, %d updates", len(lives), len(updates))
         return updates
 
@@ -202,7 +226,11 @@ class BalloonsPolicy(HardwarePolicy):
         ``held``: what the runtime holds per container, where it is not the live's cpuset."""
         state = self.state
         lives = sorted(lives, key=lambda live: live.container.id)
-        leftovers = rebuild(state, lives, self.matcher.by_name(DEFAULT))
+        # A claim's containers go to its balloon, whatever type they would match.
+        joined = [(live, self._join_claim(live)) for live in lives]
+        unbound = [live for live, b in joined if b is None]
+        lives = [live if b is None else attrs.evolve(live, type=b.type) for live, b in joined]
+        leftovers = rebuild(state, unbound, self.matcher.by_name(DEFAULT))
         self._create_min_balloons(state)
         # Containers that held CPUs were placed before the ones the runtime reports
         # unpinned (pinCPU off, or never pinned): placing those first could take the CPUs
@@ -254,9 +282,11 @@ class BalloonsPolicy(HardwarePolicy):
         if self._preserved(pod, container):
             return Adjustment(), []
         state = self.state
-        live = self._live(self.matcher, pod, container, None, None)
         state.leave(container.id)
-        b = self._place(live)
+        live = self._claim_live(pod, container)
+        b = self._join_claim(live) or self._place(
+            self._live(self.matcher, pod, container, None, None)
+        )
         res = container.resources or Resources()
         cpus, mems = state.desired(
             b, state.free(), container.id, reported_cpuset(res.cpuset_mems, container)
@@ -269,7 +299,7 @@ class BalloonsPolicy(HardwarePolicy):
             cpu_shares=milli_cpu_to_shares(live.request),
         )
         updates = state.refresh(skip=container.id)
-        self._control()
+        self._after_decision()
         return adjustment, updates
 
     def _place(self, live: Live) -> Balloon:
@@ -330,10 +360,11 @@ class BalloonsPolicy(HardwarePolicy):
         if self.state.leave(container.id) is None:
             return []
         updates = self.state.refresh()
-        self._control()
+        self._after_decision()
         return updates
 
     def remove_container(self, pod: Pod, container: Container) -> list[Update]:
+        self._claims.forget(container.id)
         return self.stop_container(pod, container)
 
     def updates_failed(self, container_ids: Sequence[str]) -> None:
@@ -354,45 +385,10 @@ class BalloonsPolicy(HardwarePolicy):
         return exports.zones(self.state) if self._state else []
 
 
-def _reserved_type(
-    spec: BalloonsSpec, types: list[BalloonType], reserved: CpuSet
-) -> tuple[list[BalloonType], CpuSet]:
-    """The reserved type as upstream completes it. A reserved cpuset is the reserved
-    balloon's start (and its minCPUs unless set); a quantity is only its minCPUs, the
-    CPUs are chosen like any balloon's (then no CPU is reserved as such)."""
-    cpu = spec.reserved_resources.cpu
-    is_set = isinstance(cpu, CpuList | CpusExcept)
-    out = []
-    for t in types:
-        if t.name == RESERVED:
-            if is_set:
-                t = attrs.evolve(
-                    t, allocator_priority="normal", min_cpus=t.min_cpus or len(reserved)
-                )
-            elif t.min_cpus and t.min_cpus != len(reserved):
-                raise ConfigError(
-                    f"spec.balloonTypes: reserved minCPUs {t.min_cpus} does not match "
-                    f"reservedResources.cpu {cpu.text if cpu else ''!r}"
-                )
-            else:
-                t = attrs.evolve(t, min_cpus=len(reserved))
-        out.append(t)
-    return out, (reserved if is_set else CpuSet())
-
-
 def _hide_hyperthreads(prefs: BalloonPreferences, t: BalloonType) -> bool:
     """The hide-hyperthreads annotation, else the balloon type's hideHyperthreads."""
     value = prefs.hide_hyperthreads
     return value if value is not None else bool(t.hide_hyperthreads)
-
-
-def _check_memory_types(spec: BalloonsSpec) -> None:
-    for i, t in enumerate(spec.balloon_types):
-        try:
-            if t.memory_types:
-                MemoryType.parse(",".join(t.memory_types))
-        except ValueError as e:
-            raise ConfigError(f"spec.balloonTypes[{i}].memoryTypes: {e}") from e
 
 
 def _memory_type_annotation(prefs: BalloonPreferences, live: Live) -> MemoryType | None:
@@ -406,11 +402,3 @@ def _memory_type_annotation(prefs: BalloonPreferences, live: Live) -> MemoryType
     except ValueError as e:
         log.error("%s: ignoring annotation memory-type: %s", live.name, shorten(str(e)))
         return None
-
-
-def _report_class_keys(spec: BalloonsSpec) -> None:
-    """The CPU class keys the control step does not write, said once each when a class sets one."""
-    paths = [f"spec.{k}" for k in CLASS_NOT_APPLIED]
-    for c in spec.control.cpu.classes.values():
-        for path in in_use(c, paths):
-            say_once(f"spec.control.cpu.classes.<name>.{path.removeprefix('spec.')}")

@@ -137,6 +137,6 @@ def _restore_balloon(state: Balloons, members: list[Live], own: CpuSet) -> Ballo
         return None
     if t.name != RESERVED and not own.isdisjoint(state.reserved):
         return None  # reserved CPUs moved under it: its members are placed afresh
-    if t.max_balloons > 0 and len(state.of_type(t)) >= t.max_balloons:
+    if t.max_balloons > 0 and state.instances_of(t) >= t.max_balloons:
         return None
     return state.create(t, cpus=own)

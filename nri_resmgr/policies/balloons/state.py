@@ -158,6 +158,8 @@ class Balloons:
         return True
 
     def fit(self, b: Balloon) -> None:
+        if b.claim:
+            return  # exactly the claim's CPUs, whatever its members ask
         target = target_cpus(b.type, b.requested, bool(b.members))
         if b.type.name == "reserved" and b.type.min_cpus == 0:
             # Without minCPUs the reserved balloon is the reserved CPUs (at least).
@@ -170,13 +172,19 @@ class Balloons:
     # -- instances ------------------------------------------------------------------------
 
     def of_type(self, t: BalloonType) -> list[Balloon]:
-        return [b for b in self.balloons if b.type.name == t.name]
+        """The native (annotation- and rule-selected) balloons of ``t``: a claim's balloon
+        is never filled, counted towards minBalloons, nor removed by the fill chain."""
+        return [b for b in self.balloons if b.type.name == t.name and not b.claim]
+
+    def instances_of(self, t: BalloonType) -> int:
+        """Every balloon of ``t``, claims' included: what maxBalloons bounds."""
+        return sum(1 for b in self.balloons if b.type.name == t.name)
 
     def by_name(self, name: str) -> Balloon | None:
         return next((b for b in self.balloons if b.name == name), None)
 
     def create(self, t: BalloonType, cpus: CpuSet | None = None, count: int = 0) -> Balloon | None:
-        used = {b.index for b in self.of_type(t)}
+        used = {b.index for b in self.balloons if b.type.name == t.name}
         index = next(i for i in range(len(used) + 1) if i not in used)
         if cpus is None and t.components:
             parts = composite.components(self.types, self.balloons, t)
@@ -198,7 +206,7 @@ class Balloons:
         return b
 
     def remove_if_surplus(self, b: Balloon) -> None:
-        if b.members:
+        if b.members or b.claim:
             return
         if len(self.of_type(b.type)) > b.type.min_balloons:
             self.balloons.remove(b)
@@ -262,7 +270,7 @@ class Balloons:
         if empty:
             b = empty[0]
             return b if len(b.cpus) + len(self.free()) >= need else None
-        if t.max_balloons > 0 and len(self.of_type(t)) >= t.max_balloons:
+        if t.max_balloons > 0 and self.instances_of(t) >= t.max_balloons:
             return None
         if len(self.free()) < need:
             return None

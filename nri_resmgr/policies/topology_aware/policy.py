@@ -314,7 +314,9 @@ class TopologyAwarePolicy(HardwarePolicy):
             self._devices = (engine, devices)
         return list(self._devices[1])
 
-    def pick_claim_cpus(self, asks: Sequence[tuple[CpuSet, int]]) -> CpuSet:
+    def pick_claim_cpus(
+        self, asks: Sequence[tuple[CpuSet, int]], claim: ClaimGrant | None = None
+    ) -> CpuSet:
         return self.claims.pick(self.engine, asks)
 
     def claim_cpus(self, claim: ClaimGrant) -> list[Update]:
