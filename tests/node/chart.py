@@ -29,6 +29,7 @@ NAMESPACE = "kube-system"
 DAEMONSET = "nri-resmgr-topology-aware"
 SELECTOR = f"app.kubernetes.io/name={DAEMONSET}"
 DRIVER = "topology-aware.nri.io"
+CR_KIND = "topologyawarepolicies.config.nri"
 # As users set them; no other value differs from the chart's defaults.
 VALUES = ("hostNetwork=true", "config.dra.enabled=true", "image.pullPolicy=Never")
 
