@@ -20,6 +20,7 @@ from typing import Any
 
 from tests.helm.helmbuild import ensure_helm
 from tests.node.cluster import BIN, Cluster
+from tests.node.guest import GuestError
 from tests.runtime.image import IMAGE, ensure_image
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +30,7 @@ NAMESPACE = "kube-system"
 DAEMONSET = "nri-resmgr-topology-aware"
 SELECTOR = f"app.kubernetes.io/name={DAEMONSET}"
 DRIVER = "topology-aware.nri.io"
+API_TIMEOUT = "request did not complete within requested timeout"
 CR_KIND = "topologyawarepolicies.config.nri"
 # As users set them; no other value differs from the chart's defaults.
 VALUES = ("hostNetwork=true", "config.dra.enabled=true", "image.pullPolicy=Never")
@@ -58,8 +60,19 @@ def install_chart(cluster: Cluster, workdir: Path) -> None:
     started = time.monotonic()
     values = [arg for value in (f"image.name={name}", f"image.tag={tag}", *VALUES)
               for arg in ("--set", value)]  # fmt: skip
-    cluster.helm("install", RELEASE, f"/opt/charts/{CHART.name}", "--namespace", NAMESPACE,
-                 *values, "--timeout=10m")  # fmt: skip
+    command = (RELEASE, f"/opt/charts/{CHART.name}", "--namespace", NAMESPACE, *values,
+               "--timeout=10m")  # fmt: skip
+    try:
+        cluster.helm("install", *command)
+    except GuestError as e:
+        if API_TIMEOUT not in str(e):
+            raise
+        # The guest's API server, under TCG on a loaded host, timed out an apply (seen for
+        # the ValidatingAdmissionPolicies at load 20): the same install once more, as a
+        # user would, over the failed release.
+        print(f"helm install: the API server timed out, installing again:\n{e}")
+        cluster.timings["helm install retried after an API timeout"] = time.monotonic() - started
+        cluster.helm("upgrade", "--install", *command)
     cluster.timings["helm install"] = time.monotonic() - started
 
 
