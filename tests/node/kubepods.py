@@ -46,11 +46,23 @@ def hostnet_pod(
     return json.dumps(pod)
 
 
+# kubelet retries a failed NodePrepareResources for ever; this many failures is no longer
+# a start-up race (the plugin registering) but the driver's answer.
+PREPARE_FAILURES = 3
+
+
 def run_pod(cluster: Cluster, name: str, manifest: str) -> dict[str, Any]:
-    """``manifest`` applied and waited for until every container of pod ``name`` runs."""
+    """``manifest`` applied and waited for until every container of pod ``name`` runs; an
+    AssertionError with kubelet's event once its claims' preparation keeps failing."""
     cluster.apply(manifest)
     started = time.monotonic()
-    cluster.wait(f"pod {name} to run", lambda: running(cluster, name),
+
+    def ready() -> bool:
+        failed = prepare_failure(cluster, name)
+        assert failed is None, f"kubelet could not prepare pod {name}'s claims: {failed}"
+        return running(cluster, name)
+
+    cluster.wait(f"pod {name} to run", ready,
                  explain=lambda: cluster.describe("pod", name))  # fmt: skip
     cluster.timings[f"pod {name} to running"] = time.monotonic() - started
     return cluster.get("pod", name, namespace="default")
@@ -63,6 +75,18 @@ def running(cluster: Cluster, name: str) -> bool:
     statuses = pod["status"].get("containerStatuses", [])
     want = len(pod["spec"]["containers"])
     return len(statuses) == want and all("running" in s["state"] for s in statuses)
+
+
+def prepare_failure(cluster: Cluster, name: str) -> str | None:
+    """kubelet's ``FailedPrepareDynamicResources`` message for the pod, once it repeated
+    ``PREPARE_FAILURES`` times."""
+    events = cluster.try_get("events", namespace="default")
+    for event in events["items"] if events else []:
+        if (event["involvedObject"].get("name") == name
+                and event.get("reason") == "FailedPrepareDynamicResources"
+                and int(event.get("count") or 1) >= PREPARE_FAILURES):  # fmt: skip
+            return str(event.get("message"))
+    return None
 
 
 def delete_pod(cluster: Cluster, name: str) -> None:
