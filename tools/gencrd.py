@@ -87,9 +87,19 @@ VALUES_PROPERTIES: Schema = {
             "enabled": {"type": "boolean"},
             "periodSeconds": {"type": "integer", "minimum": 1},
             "failureThreshold": {"type": "integer", "minimum": 1},
+            "timeoutSeconds": {"type": "integer", "minimum": 1},
+            "startup": {
+                "type": "object",
+                "properties": {
+                    "periodSeconds": {"type": "integer", "minimum": 1},
+                    "failureThreshold": {"type": "integer", "minimum": 1},
+                },
+                "additionalProperties": False,
+            },
         },
         "additionalProperties": False,
     },
+    "hostNetwork": {"type": "boolean"},
     "nrtIntervalSeconds": {"type": "number", "exclusiveMinimum": 0},
     "priorityAndFairness": {
         "type": "object",

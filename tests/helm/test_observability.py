@@ -113,3 +113,40 @@ def test_an_optional_network_policy_admits_only_the_named_peers_to_the_metrics_p
     silent = documents(helm.template(chart(policy), *on, "--set",
                                      "config.instrumentation.httpEndpoint="))  # fmt: skip
     assert not [d for d in silent if d["kind"] == "NetworkPolicy"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_startup_probe_holds_off_liveness_for_a_slow_start(helm: Helm, policy: str) -> None:
+    (c,) = pod_of(helm, policy)["spec"]["containers"]
+    startup = c["startupProbe"]
+    assert startup["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
+    # Minutes for the first answer (an emulated node took over 30 s), where the liveness
+    # probe alone would restart the daemon after 3 x 10 s.
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 300
+    for probe in (startup, c["livenessProbe"], c["readinessProbe"]):
+        assert probe["timeoutSeconds"] == 5
+    assert (c["livenessProbe"]["periodSeconds"], c["livenessProbe"]["failureThreshold"]) == (10, 3)
+    tuned = pod_of(helm, policy, "--set", "probes.startup.periodSeconds=2",
+                   "--set", "probes.startup.failureThreshold=7",
+                   "--set", "probes.timeoutSeconds=3")  # fmt: skip
+    (t,) = tuned["spec"]["containers"]
+    assert (t["startupProbe"]["periodSeconds"], t["startupProbe"]["failureThreshold"]) == (2, 7)
+    assert {p["timeoutSeconds"] for p in (t["startupProbe"], t["livenessProbe"],
+                                          t["readinessProbe"])} == {3}  # fmt: skip
+    off = pod_of(helm, policy, "--set", "probes.enabled=false")["spec"]["containers"][0]
+    assert "startupProbe" not in off
+
+
+def test_the_values_schema_refuses_unknown_startup_probe_keys(helm: Helm) -> None:
+    result = helm.run("template", str(chart("balloons")), "--set", "probes.startup.delay=3",
+                      check=False)  # fmt: skip
+    assert result.returncode != 0 and "delay" in result.stderr
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_host_network_is_a_value_off_by_default(helm: Helm, policy: str) -> None:
+    spec = pod_of(helm, policy)["spec"]
+    assert "hostNetwork" not in spec and "dnsPolicy" not in spec  # as nri-plugins' charts
+    on = pod_of(helm, policy, "--set", "hostNetwork=true")["spec"]
+    assert on["hostNetwork"] is True
+    assert on["dnsPolicy"] == "ClusterFirstWithHostNet"  # cluster names still resolve

@@ -3,21 +3,24 @@ install it: the project's image, built with buildah from the Dockerfile
 (``tests.runtime.image``), imported into the guest's containerd; the real helm
 (``tests.helm.helmbuild``) run in the guest against the guest's API server.
 
-One deviation, for the networking rule (docs/development.md, "The real node"): the guest has
-no pod network (no CNI but ``loopback``), and the chart's pod is not a hostNetwork pod, so
-its sandbox could not be made. Right after ``helm install`` the DaemonSet's pod template is
-patched to ``hostNetwork: true``; the pod then reaches the API server through the
-``kubernetes`` Service (127.0.0.1:443) and kubelet probes it on 127.0.0.1.
+The guest has no pod network (no CNI but ``loopback``, the networking rule of
+docs/development.md, "The real node"), so the chart is installed with ``hostNetwork=true``:
+the pod reaches the API server through the ``kubernetes`` Service (127.0.0.1:443) and
+kubelet probes it on 127.0.0.1. DRA is on (``config.dra.enabled=true``): the kubelet plugin
+registers with the guest's kubelet and publishes the node's CPUs as a ResourceSlice.
 """
 
 from __future__ import annotations
 
 import tarfile
 import time
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from tests.helm.helmbuild import ensure_helm
 from tests.node.cluster import BIN, Cluster
+from tests.node.guest import GuestError
 from tests.runtime.image import IMAGE, ensure_image
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +29,11 @@ RELEASE = "nri-resmgr"
 NAMESPACE = "kube-system"
 DAEMONSET = "nri-resmgr-topology-aware"
 SELECTOR = f"app.kubernetes.io/name={DAEMONSET}"
-HOST_NETWORK = '[{"op": "add", "path": "/spec/template/spec/hostNetwork", "value": true}]'
+DRIVER = "topology-aware.nri.io"
+API_TIMEOUT = "request did not complete within requested timeout"
+CR_KIND = "topologyawarepolicies.config.nri"
+# As users set them; no other value differs from the chart's defaults.
+VALUES = ("hostNetwork=true", "config.dra.enabled=true", "image.pullPolicy=Never")
 
 
 def chart_tarball(workdir: Path) -> Path:
@@ -37,7 +44,7 @@ def chart_tarball(workdir: Path) -> Path:
 
 
 def install_chart(cluster: Cluster, workdir: Path) -> None:
-    """The image imported, the chart installed, its DaemonSet patched to hostNetwork."""
+    """The image imported, the chart installed with ``VALUES``."""
     started = time.monotonic()
     archive = ensure_image()
     helm = ensure_helm()
@@ -51,16 +58,26 @@ def install_chart(cluster: Cluster, workdir: Path) -> None:
     guest.unpack(chart_tarball(workdir), "/opt/charts")
     name, tag = IMAGE.rsplit(":", 1)
     started = time.monotonic()
-    cluster.helm("install", RELEASE, f"/opt/charts/{CHART.name}", "--namespace", NAMESPACE,
-                 "--set", f"image.name={name}", "--set", f"image.tag={tag}",
-                 "--set", "image.pullPolicy=Never", "--timeout=10m")  # fmt: skip
-    cluster.kubectl("-n", NAMESPACE, "patch", "daemonset", DAEMONSET, "--type=json",
-                    "-p", HOST_NETWORK)  # fmt: skip
+    values = [arg for value in (f"image.name={name}", f"image.tag={tag}", *VALUES)
+              for arg in ("--set", value)]  # fmt: skip
+    command = (RELEASE, f"/opt/charts/{CHART.name}", "--namespace", NAMESPACE, *values,
+               "--timeout=10m")  # fmt: skip
+    try:
+        cluster.helm("install", *command)
+    except GuestError as e:
+        if API_TIMEOUT not in str(e):
+            raise
+        # The guest's API server, under TCG on a loaded host, timed out an apply (seen for
+        # the ValidatingAdmissionPolicies at load 20): the same install once more, as a
+        # user would, over the failed release.
+        print(f"helm install: the API server timed out, installing again:\n{e}")
+        cluster.timings["helm install retried after an API timeout"] = time.monotonic() - started
+        cluster.helm("upgrade", "--install", *command)
     cluster.timings["helm install"] = time.monotonic() - started
 
 
 def daemonset_ready(cluster: Cluster) -> bool:
-    """Every scheduled pod of the patched template updated and Ready (its probes passed)."""
+    """Every scheduled pod of the template updated and Ready (its probes passed)."""
     ds = cluster.try_get("daemonset", DAEMONSET, namespace=NAMESPACE)
     if ds is None:
         return False
@@ -79,3 +96,28 @@ def explain(cluster: Cluster) -> str:
     pods = cluster.describe("pods", "-n", NAMESPACE, "-l", SELECTOR)
     log = cluster.kubectl("logs", "-n", NAMESPACE, "-l", SELECTOR, "--tail=40", check=False)
     return f"{pods}\n--- the daemon's log\n{log}"
+
+
+def probe_report(cluster: Cluster, pod: dict[str, Any]) -> dict[str, Any]:
+    """The daemon pod's start as the API server recorded it: restarts, the seconds from its
+    container's start to the pod's Ready condition, and the probe failures kubelet reported
+    (``Unhealthy`` events, by probe)."""
+    status = pod["status"]["containerStatuses"][0]
+    started = _time(status["state"]["running"]["startedAt"])
+    (ready,) = [c for c in pod["status"]["conditions"] if c["type"] == "Ready"]
+    events = cluster.get("events", namespace=NAMESPACE)["items"]
+    failures: dict[str, int] = {}
+    for event in events:
+        if (event["involvedObject"].get("name") == pod["metadata"]["name"]
+                and event.get("reason") == "Unhealthy"):  # fmt: skip
+            probe = event.get("message", "").split(" probe", 1)[0]  # "Startup probe failed: …"
+            failures[probe] = failures.get(probe, 0) + int(event.get("count") or 1)
+    return {
+        "restartCount": status["restartCount"],
+        "container start to Ready (s)": (_time(ready["lastTransitionTime"]) - started),
+        "probe failures": failures,
+    }
+
+
+def _time(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,12 +23,16 @@ from typing import Any
 import pytest
 from _pytest.mark import ParameterSet
 
-from tests.node.guest import GuestError
+from tests.kube.gobuild import BuildError
+from tests.node.cluster import Cluster, ensure_cluster_binaries
+from tests.node.guest import Guest, GuestError
+from tests.node.node import Node
 from tests.node.session import Nodes, NodeSession
 from tests.peers import missing_peer
 from tests.policies.balloons import scenario as balloons_scenario
 from tests.policies.replay.vm import VmTopology
 from tests.policies.topology_aware_e2e import scenario as ta_scenario
+from tests.policies.topology_aware_e2e.topologies import N4C16
 from tests.runtime.build import PeerUnavailable
 
 RECORD = os.environ.get("NRI_RESMGR_NODE_RECORD")
@@ -84,6 +91,40 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.section("real node")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def cluster(nodes: Nodes) -> Iterator[Cluster]:
+    """The one-node cluster of ``test_cluster*.py``, in a guest of its own, booted after the
+    session's current guest is powered off (two TCG guests would slow both)."""
+    nodes.close()  # one guest at a time
+    started = time.monotonic()
+    try:
+        binaries = ensure_cluster_binaries()
+    except BuildError as e:
+        missing_peer(f"the cluster's Kubernetes binaries cannot be built: {e}")
+    built = time.monotonic() - started
+    workdir = Path(f"/tmp/nrc-{secrets.token_hex(3)}")
+    workdir.mkdir()
+    guest: Guest | None = None
+    try:
+        try:
+            guest = Guest.start(N4C16, workdir)
+            node = Node.install(guest)
+            node.start_containerd()
+            node.import_image()
+        except (PeerUnavailable, GuestError, TimeoutError) as e:
+            missing_peer(f"the cluster guest could not be built or booted: {e}")
+        made = Cluster.start(guest, node, binaries, workdir / "pki")
+        made.timings = {"binaries": built, "boot to agent": guest.boot_seconds,
+                        **{what: sum(t) for what, t in node.timings.items()},
+                        **made.timings}  # fmt: skip
+        yield made
+        print("cluster timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in made.timings.items()))
+    finally:
+        if guest is not None:
+            guest.shutdown()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def boot(nodes: Nodes, topology: VmTopology, name: str) -> NodeSession:
