@@ -25,6 +25,12 @@ group consume more than that, and only grouped claims take CPUs there, so Prepar
 give what an allocation consumed (``pick``). Per-CPU claims (records of the other mode) must
 stay off these CPUs, grouped ones inside them.
 
+A claim taking the last shared CPUs of a pool holding shared (or mixed) containers moves
+them up to the nearest ancestor pool that still holds them (``relocations``): the scheduler
+saw the CPUs offered and cannot know. They stay there when the claim is released (their
+cpuset grows back with the ancestor's shared CPUs). Exclusive CPUs are never taken from a
+container: a claim overlapping them is refused.
+
 Invariants: a CPU belongs to at most one claim; claimed CPUs are allocatable (allowed minus
 reserved) and were not exclusively held by a native container when claimed; the grouped CPUs
 hold only grouped claims' CPUs and nothing else.
@@ -92,8 +98,9 @@ class ClaimBook:
 
     # -- claiming ---------------------------------------------------------------------------
 
-    def check(self, engine: Engine, grant: ClaimGrant) -> None:
-        """Raise ClaimError naming why ``grant``'s CPUs cannot go to its claim."""
+    def check(self, engine: Engine, grant: ClaimGrant) -> dict[str, str]:
+        """Raise ClaimError naming why ``grant``'s CPUs cannot go to its claim; else the
+        shared containers it moves up (``relocations``, for ``Engine.relocate``)."""
         uid, cpus = grant.uid, grant.cpus
         if not cpus:
             raise ClaimError(f"claim {uid}: no CPUs to claim")
@@ -127,7 +134,7 @@ class ClaimBook:
                     f"claim {uid}: cpus {cpus & a.exclusive} are held exclusively by "
                     f"container {a.name}"
                 )
-        self._check_pools_keep_a_cpu(engine, uid, cpus)
+        return self.relocations(engine, uid, cpus)
 
     def _check_mode(self, grant: ClaimGrant) -> None:
         uid, cpus = grant.uid, grant.cpus
@@ -180,16 +187,35 @@ class ClaimBook:
         free = self.grouped - self.all_cpus()
         return _entry_for(GROUPED_ENTRY, "DRA grouped CPUs", free) if free else None
 
-    def _check_pools_keep_a_cpu(self, engine: Engine, uid: str, cpus: CpuSet) -> None:
+    def relocations(self, engine: Engine, uid: str, cpus: CpuSet) -> dict[str, str]:
+        """Where the shared containers go (container id -> pool name) of the pools that
+        ``cpus`` would leave without a shared CPU: the nearest ancestor still holding their
+        load after the claim, else (over-committed, as the engine's last resort) the nearest
+        keeping any shared CPU. ClaimError when none keeps one (the root would be emptied).
+
+        The scheduler saw those CPUs offered and cannot know a container shares them, so
+        the claim moves the containers rather than fail. Only claims do: a native exclusive
+        grant never empties a pool its shared containers use (``Supply``)."""
         taken = engine.exclusive_cpus() | cpus
         supply = engine.supply
+        moves: dict[str, str] = {}
         for pool in engine.pools:
             users = [a for a in engine.in_pool(pool.name) if a.kind.uses_shared]
-            if users and supply.sharable[pool.index] and not supply.shared_cpus(pool.index, taken):
+            if not users or not supply.sharable[pool.index]:
+                continue
+            if supply.shared_cpus(pool.index, taken):
+                continue
+            target = _shelter(engine, pool.index, taken)
+            if target is None:
                 raise ClaimError(
-                    f"claim {uid}: cpus {cpus} would leave pool {pool.name} without a shared "
-                    f"CPU for its {len(users)} shared containers"
+                    f"claim {uid}: cpus {cpus} would leave pool {pool.name} and every pool "
+                    f"above it without a shared CPU for its {len(users)} shared containers"
                 )
+            for a in users:
+                moves[a.container_id] = engine.pools[target].name
+                log.info("DRA claim %s takes the last shared CPUs of %s: %s moves to %s",
+                         uid, pool.name, a.name, engine.pools[target].name)  # fmt: skip
+        return moves
 
     def add(self, engine: Engine, grant: ClaimGrant) -> None:
         self.claims[grant.uid] = grant
@@ -257,6 +283,21 @@ class ClaimBook:
             container=container,
         )
         return engine.store_placed(a)
+
+
+def _shelter(engine: Engine, pool: int, taken: CpuSet) -> int | None:
+    """The nearest ancestor of ``pool`` that holds its load with ``taken`` held exclusively,
+    else the nearest with any shared CPU left (over-committed, logged); None if none has."""
+    supply = engine.supply
+    above = [a for a in supply.ancestors[pool] if supply.shared_cpus(a, taken)]
+    for a in above:
+        if supply.holds_its_load(a, taken):
+            return a
+    if above:
+        log.warning("shared CPUs of %s over-committed to make room for a DRA claim",
+                    engine.pools[above[0]].name)  # fmt: skip
+        return above[0]
+    return None
 
 
 def tightest_pool(engine: Engine, cpus: CpuSet) -> str:

@@ -13,7 +13,7 @@ pools; ``refresh`` turns those changes into updates.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
@@ -64,8 +64,9 @@ class Engine:
     go, so ``refresh`` checks only the pools whose shared CPUs changed since it last ran.
     Grants it did not decide (``adopt``, ``disown``, ``forget_all``: restore, DRA claims) and
     updates the runtime failed to apply (``resend``) unsettle it: the next ``refresh`` checks
-    every container, and the memory zones are derived again from the grants. No caller
-    unsettles the engine by hand.
+    every container, and the memory zones are derived again from the grants. ``relocate``
+    (containers a DRA claim moves up) places their memory itself and unsettles the cpusets.
+    No caller unsettles the engine by hand.
     """
 
     def __init__(
@@ -358,6 +359,23 @@ class Engine:
         """Drop an adopted grant (a DRA claim's) that no container runs with."""
         if self._store.pop(container_id) is not None:
             self._unsettle()
+
+    def relocate(self, moves: Mapping[str, str]) -> None:
+        """Move containers (container id -> pool name) to other pools, keeping what they
+        hold otherwise: a DRA claim took the last shared CPUs of their pool. Their memory is
+        placed again from the new pool's nodes (widened), and the next ``refresh`` sends
+        their new cpusets and mems."""
+        for cid, pool in moves.items():
+            a = self._store.get(cid)
+            if a is None or a.pool == pool:
+                continue
+            moved = self._put(attrs.evolve(a, pool=pool))
+            memory = None
+            if a.pod is not None and a.container is not None:
+                memory = memory_want(a.pod, a.container, self.memory.available, self.memory.total)
+            self.memory.release(cid)  # not left in the old pool's nodes when unaccounted
+            self._place_memory(moved, memory)
+        self._settled = None  # refresh checks every container: the moved ones included
 
     def forget_all(self) -> None:
         """Drop every grant: restore rebuilds them from what the runtime reports."""

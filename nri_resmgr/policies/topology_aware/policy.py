@@ -323,8 +323,9 @@ class TopologyAwarePolicy(HardwarePolicy):
         engine = self.engine
         if self.claims.claims.get(claim.uid) == claim:
             return []
-        self.claims.check(engine, claim)
+        moves = self.claims.check(engine, claim)
         self.claims.add(engine, claim)
+        engine.relocate(moves)  # the shared containers of pools the claim empties move up
         # Containers that already run with this claim's variables (the claim re-entered
         # after a daemon restart, before or after Synchronize) move onto its CPUs.
         for a in engine.allocations():

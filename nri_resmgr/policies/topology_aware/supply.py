@@ -193,6 +193,13 @@ class Supply:
                 kept = kept | CpuSet(list(shared - kept)[:missing])
         return kept
 
+    def holds_its_load(self, pool: int, taken: CpuSet) -> bool:
+        """Whether the pool's shared CPUs, with ``taken`` held exclusively, still hold the
+        shared load placed in it and below it (and its part of its ancestors'), as ``fit``
+        counts it: where a DRA claim moves the shared containers of a pool it empties."""
+        shared = self.shared_cpus(pool, taken)
+        return bool(shared) and 1000 * len(shared) >= self._shared_load(pool, self.usage(), taken)
+
     def pool_load(self, pool: int) -> PoolLoad:
         """The load of a pool and its subtree, as placement sees them (an ancestor's shared
         containers counted by share); for exports."""
