@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.resmgr.model import Container
 from tests.dra.claim_setup import Node, claim_object, make_node
@@ -113,6 +115,22 @@ async def test_the_nearest_ancestor_that_holds_them_takes_them(tmp_path: Path) -
 
     assert pool_of(node, big) == "root"
     assert placement(node, big) == (CpuSet.parse("1-3,8-15"), CpuSet.parse("0-3"))
+
+
+async def test_with_no_ancestor_holding_them_the_nearest_with_a_cpu_is_over_committed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every CPU but 15 claimed: the root keeps one CPU, too few for 3.5 CPUs of requests,
+    and takes the container anyway (as the engine over-commits a native one), logged."""
+    node = make_node(tmp_path)
+    big = node.runtime.create(burstable("big", 3500, 4000))
+    assert pool_of(node, big) == "NUMA node #1"  # the premise
+
+    assert await prepare(node, [f"cpu{n}" for n in range(1, 15)]) == ""
+
+    assert pool_of(node, big) == "root"
+    assert placement(node, big) == (CpuSet([15]), CpuSet.parse("0-3"))
+    assert "shared CPUs of root over-committed to make room for a DRA claim" in caplog.text
 
 
 async def test_exclusive_containers_stay_and_a_claim_on_them_is_refused(tmp_path: Path) -> None:
