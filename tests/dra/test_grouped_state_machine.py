@@ -17,30 +17,27 @@ Invariants after every step:
 
 from __future__ import annotations
 
-import itertools
 import tempfile
 from pathlib import Path
 
 import hypothesis.strategies as st
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, rule
 
 from nri_resmgr.config.models import DraConfig
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.model import ClaimGrant, Container, Device
 from nri_resmgr.resmgr.policy import PolicyEnv
-from tests.dra.claim_setup import with_claim_env
-from tests.policies.workload import Runtime, besteffort, burstable, guaranteed, topology_spec
+from tests.dra.claim_machine import SETTINGS, ClaimMachine, uids
+from tests.policies.workload import Runtime, topology_spec
 from tests.sysfs.fakesys import N4C16, write_sysfs
 
 _ROOT = Path(tempfile.mkdtemp(prefix="grouped-sm-"))
 write_sysfs(_ROOT, N4C16)
-_uids = itertools.count(1)
 
 
-class GroupedClaims(RuleBasedStateMachine):
+class GroupedClaims(ClaimMachine):
     @initialize(grouped=st.sampled_from(["4-15", "8-15", "5-7,12-14"]),
                 by=st.sampled_from(["numanode", "socket"]))  # fmt: skip
     def start(self, grouped: str, by: str) -> None:
@@ -69,7 +66,7 @@ class GroupedClaims(RuleBasedStateMachine):
         if free == 0:
             return  # the scheduler allocates nothing here
         count = data.draw(st.integers(1, free))
-        uid = f"00000000-0000-4000-8000-{next(_uids):012d}"
+        uid = f"00000000-0000-4000-8000-{next(uids):012d}"
         group_cpus = CpuSet(self.devices[group].cpus)
         # Prepare: must succeed for anything the scheduler allocated.
         cpus = self.policy.pick_claim_cpus([(group_cpus, count)])
@@ -78,48 +75,12 @@ class GroupedClaims(RuleBasedStateMachine):
         self.consumed[group][uid] = count
         self.claims[uid] = grant
 
-    @precondition(lambda self: self.claims)
-    @rule(data=st.data())
-    def unprepare(self, data: st.DataObject) -> None:
-        uid = data.draw(st.sampled_from(sorted(self.claims)))
-        for cid in [cid for cid, u in self.bound.items() if u == uid]:
-            self.runtime.remove(self.runtime.containers[cid])
-            del self.bound[cid]
-        self.runtime.apply(self.policy.release_claim(uid))
-        del self.claims[uid]
+    def forget(self, uid: str) -> None:
         for per_group in self.consumed.values():
             per_group.pop(uid, None)
 
-    @precondition(lambda self: self.claims)
-    @rule(data=st.data())
-    def start_a_claim_container(self, data: st.DataObject) -> None:
-        grant = self.claims[data.draw(st.sampled_from(sorted(self.claims)))]
-        pod, c = besteffort(f"app{next(_uids)}")
-        c = with_claim_env(c, grant.uid, str(grant.cpus), key=grant.key)
-        self.runtime.create((pod, c))
-        self.bound[c.id] = grant.uid
-
-    # -- native containers -------------------------------------------------------------------
-
-    @rule(kind=st.sampled_from(["guaranteed", "burstable", "besteffort"]),
-          milli=st.integers(100, 3000))  # fmt: skip
-    def start_a_native_container(self, kind: str, milli: int) -> None:
-        name = f"n{next(_uids)}"
-        pc = {
-            "guaranteed": lambda: guaranteed(name, milli // 1000 * 1000 or 1000),
-            "burstable": lambda: burstable(name, milli, 2 * milli),
-            "besteffort": lambda: besteffort(name),
-        }[kind]()
-        try:
-            self.natives.append(self.runtime.create(pc))
-        except Exception as e:  # a full node refuses a native container; never a claim's
-            assert "grouped" not in str(e)
-
-    @precondition(lambda self: self.natives)
-    @rule(data=st.data())
-    def stop_a_native_container(self, data: st.DataObject) -> None:
-        c = self.natives.pop(data.draw(st.integers(0, len(self.natives) - 1)))
-        self.runtime.remove(c)
+    def native_refused(self, e: Exception) -> None:
+        assert "grouped" not in str(e)
 
     @rule()
     def resynchronize(self) -> None:
@@ -153,19 +114,9 @@ class GroupedClaims(RuleBasedStateMachine):
             assert len(grant.cpus) == self.consumed[group][uid]
         assert self.policy.claims.cpus() == {u: g.cpus for u, g in self.claims.items()}
 
-    @invariant()
-    def bound_containers_run_on_their_claims_cpus(self) -> None:
-        for cid, uid in self.bound.items():
-            assert CpuSet.parse(self.runtime.cpus[cid] or "") == self.claims[uid].cpus
-
 
 TestGroupedClaims = GroupedClaims.TestCase
-TestGroupedClaims.settings = settings(
-    max_examples=40,
-    stateful_step_count=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+TestGroupedClaims.settings = SETTINGS
 
 
 LEFT_ON_GROUPED_CPUS = [("guaranteed", 100)] * 5 + [("guaranteed", 2000)] + [("burstable", 100)] * 2

@@ -15,30 +15,27 @@ Invariants after every step (and across a daemon restart, claims re-claimed firs
 
 from __future__ import annotations
 
-import itertools
 import tempfile
 from pathlib import Path
 
 import hypothesis.strategies as st
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, rule
 
 from nri_resmgr.config.models import DraConfig
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.topology_aware import TopologyAwarePolicy
 from nri_resmgr.resmgr.model import ClaimGrant, Container
 from nri_resmgr.resmgr.policy import ClaimError, PolicyEnv
-from tests.dra.claim_setup import with_claim_env
-from tests.policies.workload import Runtime, besteffort, burstable, guaranteed, topology_spec
+from tests.dra.claim_machine import SETTINGS, ClaimMachine, uids
+from tests.policies.workload import Runtime, guaranteed, topology_spec
 from tests.sysfs.fakesys import N4C16, write_sysfs
 
 _ROOT = Path(tempfile.mkdtemp(prefix="per-cpu-sm-"))
 write_sysfs(_ROOT, N4C16)
-_uids = itertools.count(1)
 NUMA_NODES = [CpuSet.parse(s) for s in ("0-3", "4-7", "8-11", "12-15")]
 
 
-class PerCpuClaims(RuleBasedStateMachine):
+class PerCpuClaims(ClaimMachine):
     @initialize()
     def start(self) -> None:
         self.spec = topology_spec(dra=DraConfig(enabled=True))
@@ -71,7 +68,7 @@ class PerCpuClaims(RuleBasedStateMachine):
         )
         if whole_node:
             cpus = free
-        uid = f"00000000-0000-4000-8000-{next(_uids):012d}"
+        uid = f"00000000-0000-4000-8000-{next(uids):012d}"
         grant = ClaimGrant(uid, "default", cpus, f"{uid[-12:]:0>32}", f"x/cpu={uid}")
         engine = self.policy.engine
         held = CpuSet.union_all(a.exclusive for a in engine.allocations())
@@ -89,47 +86,12 @@ class PerCpuClaims(RuleBasedStateMachine):
         self.runtime.apply(updates)
         self.claims[uid] = grant
 
-    @precondition(lambda self: self.claims)
-    @rule(data=st.data())
-    def unprepare(self, data: st.DataObject) -> None:
-        uid = data.draw(st.sampled_from(sorted(self.claims)))
-        for cid in [cid for cid, u in self.bound.items() if u == uid]:
-            self.runtime.remove(self.runtime.containers[cid])
-            del self.bound[cid]
-        self.runtime.apply(self.policy.release_claim(uid))
-        del self.claims[uid]
+    @rule(milli=st.integers(1100, 2900))
+    def start_a_mixed_container(self, milli: int) -> None:
+        self.start_native(guaranteed(f"m{next(uids)}", milli if milli % 1000 else 1500))
 
-    @precondition(lambda self: self.claims)
-    @rule(data=st.data())
-    def start_a_claim_container(self, data: st.DataObject) -> None:
-        grant = self.claims[data.draw(st.sampled_from(sorted(self.claims)))]
-        pod, c = besteffort(f"app{next(_uids)}")
-        c = with_claim_env(c, grant.uid, str(grant.cpus), key=grant.key)
-        self.runtime.create((pod, c))
-        self.bound[c.id] = grant.uid
-
-    # -- native containers -------------------------------------------------------------------
-
-    @rule(kind=st.sampled_from(["guaranteed", "mixed", "burstable", "besteffort"]),
-          milli=st.integers(100, 3000))  # fmt: skip
-    def start_a_native_container(self, kind: str, milli: int) -> None:
-        name = f"n{next(_uids)}"
-        pc = {
-            "guaranteed": lambda: guaranteed(name, milli // 1000 * 1000 or 1000),
-            "mixed": lambda: guaranteed(name, 1000 + milli % 1000 or 1500),
-            "burstable": lambda: burstable(name, milli, 2 * milli),
-            "besteffort": lambda: besteffort(name),
-        }[kind]()
-        try:
-            self.natives.append(self.runtime.create(pc))
-        except Exception as e:  # a full node refuses a native container
-            assert "no shared CPU to run on" in str(e) or "no CPU left" in str(e), str(e)
-
-    @precondition(lambda self: self.natives)
-    @rule(data=st.data())
-    def stop_a_native_container(self, data: st.DataObject) -> None:
-        c = self.natives.pop(data.draw(st.integers(0, len(self.natives) - 1)))
-        self.runtime.remove(c)
+    def native_refused(self, e: Exception) -> None:
+        assert "no shared CPU to run on" in str(e) or "no CPU left" in str(e), str(e)
 
     @rule()
     def restart(self) -> None:
@@ -160,16 +122,6 @@ class PerCpuClaims(RuleBasedStateMachine):
             cpus, mems = engine.cpusets.desired(a)
             assert (self.runtime.cpus[cid], self.runtime.mems[cid]) == (str(cpus), str(mems)), a
 
-    @invariant()
-    def bound_containers_run_on_their_claims_cpus(self) -> None:
-        for cid, uid in self.bound.items():
-            assert CpuSet.parse(self.runtime.cpus[cid] or "") == self.claims[uid].cpus
-
 
 TestPerCpuClaims = PerCpuClaims.TestCase
-TestPerCpuClaims.settings = settings(
-    max_examples=40,
-    stateful_step_count=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+TestPerCpuClaims.settings = SETTINGS
