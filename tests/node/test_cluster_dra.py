@@ -75,9 +75,10 @@ def allocated_cpus(claim: dict[str, Any]) -> frozenset[int]:
 
 
 def cdi_spec(cluster: Cluster, uid: str) -> tuple[str, dict[str, Any]]:
-    """The one CDI spec file in the guest naming the claim, and its content."""
+    """The claim's CDI spec file in the guest, and its content (the claim's device metadata
+    has a CDI spec of its own, ``<driver>_metadata_<uid>_<request>.json``)."""
     names = cluster.guest.sh(f"ls {CDI_DIR}").out.split()
-    (name,) = [n for n in names if uid in n]
+    (name,) = [n for n in names if n.endswith(f"-cpu_claim-{uid}.json")]
     return name, json.loads(cluster.guest.read(f"{CDI_DIR}/{name}"))
 
 
