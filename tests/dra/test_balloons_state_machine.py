@@ -21,7 +21,9 @@ Invariants after every step:
 
 from __future__ import annotations
 
+import atexit
 import itertools
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -41,7 +43,10 @@ from tests.dra.claim_setup import with_claim_env
 from tests.policies.workload import Runtime, besteffort, burstable, guaranteed
 from tests.sysfs.fakesys import N4C16, write_sysfs
 
+# One synthetic sysfs for every example (writing it per example would dominate the run);
+# removed when the test process ends, xdist workers included.
 _ROOT = Path(tempfile.mkdtemp(prefix="balloons-dra-sm-"))
+atexit.register(shutil.rmtree, _ROOT, ignore_errors=True)
 write_sysfs(_ROOT, N4C16)
 _uids = itertools.count(1)
 ANN = "balloon.balloons.resource-policy.nri.io"

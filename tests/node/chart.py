@@ -18,6 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from tests.helm.helmbuild import ensure_helm
 from tests.node.cluster import BIN, Cluster
 from tests.node.guest import GuestError
@@ -36,15 +38,50 @@ CR_KIND = "topologyawarepolicies.config.nri"
 VALUES = ("hostNetwork=true", "config.dra.enabled=true", "image.pullPolicy=Never")
 
 
-def chart_tarball(workdir: Path) -> Path:
-    out = workdir / "chart.tar"
+@attrs.frozen
+class Release:
+    """One of the project's charts installed as release ``name`` in ``NAMESPACE``."""
+
+    policy: str
+    name: str
+
+    @property
+    def chart(self) -> Path:
+        return ROOT / "helm" / f"nri-resmgr-{self.policy}"
+
+    @property
+    def daemonset(self) -> str:
+        return f"nri-resmgr-{self.policy}"
+
+    @property
+    def selector(self) -> str:
+        return f"app.kubernetes.io/name={self.daemonset}"
+
+    @property
+    def driver(self) -> str:
+        return f"{self.policy}.nri.io"
+
+
+TOPOLOGY_AWARE = Release("topology-aware", RELEASE)
+BALLOONS = Release("balloons", "nri-resmgr-balloons")
+
+
+def chart_tarball(workdir: Path, chart: Path) -> Path:
+    out = workdir / f"{chart.name}.tar"
     with tarfile.open(out, "w") as tar:
-        tar.add(CHART, CHART.name)
+        tar.add(chart, chart.name)
     return out
 
 
-def install_chart(cluster: Cluster, workdir: Path) -> None:
-    """The image imported, the chart installed with ``VALUES``."""
+def install_chart(
+    cluster: Cluster,
+    workdir: Path,
+    release: Release = TOPOLOGY_AWARE,
+    values: tuple[str, ...] = VALUES,
+    values_file: str = "",
+) -> None:
+    """The image imported, the chart installed with ``values`` (``--set``) and, when given,
+    the guest's ``values_file`` (``-f``)."""
     started = time.monotonic()
     archive = ensure_image()
     helm = ensure_helm()
@@ -55,13 +92,14 @@ def install_chart(cluster: Cluster, workdir: Path) -> None:
               "linux/amd64", guest.shared(archive), timeout=900)  # fmt: skip
     cluster.timings["chart image import"] = time.monotonic() - started
     guest.copy_in(helm, f"{BIN}/helm", mode=0o755)
-    guest.unpack(chart_tarball(workdir), "/opt/charts")
+    guest.unpack(chart_tarball(workdir, release.chart), "/opt/charts")
     name, tag = IMAGE.rsplit(":", 1)
     started = time.monotonic()
-    values = [arg for value in (f"image.name={name}", f"image.tag={tag}", *VALUES)
-              for arg in ("--set", value)]  # fmt: skip
-    command = (RELEASE, f"/opt/charts/{CHART.name}", "--namespace", NAMESPACE, *values,
-               "--timeout=10m")  # fmt: skip
+    sets = [arg for value in (f"image.name={name}", f"image.tag={tag}", *values)
+            for arg in ("--set", value)]  # fmt: skip
+    files = ("-f", values_file) if values_file else ()
+    command = (release.name, f"/opt/charts/{release.chart.name}", "--namespace", NAMESPACE,
+               *files, *sets, "--timeout=10m")  # fmt: skip
     try:
         cluster.helm("install", *command)
     except GuestError as e:
@@ -76,9 +114,9 @@ def install_chart(cluster: Cluster, workdir: Path) -> None:
     cluster.timings["helm install"] = time.monotonic() - started
 
 
-def daemonset_ready(cluster: Cluster) -> bool:
+def daemonset_ready(cluster: Cluster, release: Release = TOPOLOGY_AWARE) -> bool:
     """Every scheduled pod of the template updated and Ready (its probes passed)."""
-    ds = cluster.try_get("daemonset", DAEMONSET, namespace=NAMESPACE)
+    ds = cluster.try_get("daemonset", release.daemonset, namespace=NAMESPACE)
     if ds is None:
         return False
     status = ds.get("status", {})
@@ -91,10 +129,11 @@ def daemonset_ready(cluster: Cluster) -> bool:
     )
 
 
-def explain(cluster: Cluster) -> str:
+def explain(cluster: Cluster, release: Release = TOPOLOGY_AWARE) -> str:
     """The DaemonSet's pods, their events and the daemon's log, for a failure's message."""
-    pods = cluster.describe("pods", "-n", NAMESPACE, "-l", SELECTOR)
-    log = cluster.kubectl("logs", "-n", NAMESPACE, "-l", SELECTOR, "--tail=40", check=False)
+    pods = cluster.describe("pods", "-n", NAMESPACE, "-l", release.selector)
+    log = cluster.kubectl("logs", "-n", NAMESPACE, "-l", release.selector, "--tail=40",
+                          check=False)  # fmt: skip
     return f"{pods}\n--- the daemon's log\n{log}"
 
 

@@ -18,13 +18,21 @@ from typing import Any
 import pytest
 
 from tests.node import chart
+from tests.node.claims import (
+    CDI_DIR,
+    cdi_spec,
+    claim_env,
+    manifest,
+    released,
+    spec_env,
+    the_claims_cpus_var,
+)
 from tests.node.cluster import NODE_NAME, Cluster, parse_cpus
 from tests.node.guest import KernelPlacement
 from tests.node.kubepods import container, delete_pod, environ, hostnet_pod, placement_of, run_pod
 
 pytestmark = pytest.mark.node_cluster
 
-CDI_DIR = "/var/run/cdi"
 NUMA = f"{chart.DRIVER}/numaNode"
 
 
@@ -35,12 +43,6 @@ def claim_spec(count: int) -> dict[str, Any]:
                       "exactly": {"deviceClassName": chart.DRIVER, "count": count}}],
         "constraints": [{"requests": ["cpus"], "matchAttribute": NUMA}],
     }}  # fmt: skip
-
-
-def manifest(kind: str, name: str, spec: dict[str, Any]) -> str:
-    meta = {"name": name, "namespace": "default"}
-    return json.dumps({"apiVersion": "resource.k8s.io/v1", "kind": kind, "metadata": meta,
-                       "spec": spec})  # fmt: skip
 
 
 @pytest.fixture
@@ -72,31 +74,6 @@ def allocated_cpus(claim: dict[str, Any]) -> frozenset[int]:
     results = claim["status"]["allocation"]["devices"]["results"]
     assert {(r["driver"], r["pool"]) for r in results} == {(chart.DRIVER, NODE_NAME)}, results
     return frozenset(int(r["device"].removeprefix("cpu")) for r in results)
-
-
-def cdi_spec(cluster: Cluster, uid: str) -> tuple[str, dict[str, Any]]:
-    """The claim's CDI spec file in the guest, and its content (the claim's device metadata
-    has a CDI spec of its own, ``<driver>_metadata_<uid>_<request>.json``)."""
-    names = cluster.guest.sh(f"ls {CDI_DIR}").out.split()
-    (name,) = [n for n in names if n.endswith(f"-cpu_claim-{uid}.json")]
-    return name, json.loads(cluster.guest.read(f"{CDI_DIR}/{name}"))
-
-
-def spec_env(spec: dict[str, Any]) -> dict[str, str]:
-    edits = [spec.get("containerEdits", {})]
-    edits += [d.get("containerEdits", {}) for d in spec.get("devices", [])]
-    return dict(e.split("=", 1) for edit in edits for e in edit.get("env", []))
-
-
-def claim_env(env: dict[str, str], uid: str) -> dict[str, str]:
-    """The container's variables that name the claim (its CPUs and key variables)."""
-    token = uid.replace("-", "_")
-    return {k: v for k, v in env.items() if token in k}
-
-
-def the_claims_cpus_var(env: dict[str, str], uid: str) -> frozenset[int]:
-    (cpus,) = [v for k, v in claim_env(env, uid).items() if k.startswith("NRI_DRA_CPUS_")]
-    return parse_cpus(cpus)
 
 
 def check_pinned(
@@ -179,13 +156,6 @@ def test_a_claim_for_four_cpus_of_one_numa_node_from_scheduler_to_cgroup(
         f"{sorted(before)}, now {sorted(shared_cpus(cluster))}"
     )
     cluster.kubectl("delete", "resourceclaim", "four-cpus", "--namespace=default")
-
-
-def released(cluster: Cluster, claim_name: str, spec_name: str) -> bool:
-    claim = cluster.try_get("resourceclaim", claim_name, namespace="default")
-    if claim is None or claim.get("status", {}).get("reservedFor"):
-        return False
-    return spec_name not in cluster.guest.sh(f"ls {CDI_DIR}").out.split()
 
 
 def shared_cpus(cluster: Cluster) -> frozenset[int]:
