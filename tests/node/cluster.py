@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nri_resmgr.cpuset import CpuSet
-from tests.kube.apiserver import _make_credentials
+from tests.kube.apiserver import _make_credentials, _openssl
 from tests.kube.gobuild import ensure_etcd, ensure_kube_apiserver, ensure_kube_command
 from tests.node.guest import CGROUP, Guest, GuestError, KernelPlacement
 from tests.node.node import CONTAINERD_SOCKET, Node
@@ -51,6 +51,9 @@ COMMANDS = {
 }
 PKI = "/etc/kubernetes/pki"
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
+# kubelet's own credentials (system:node:<name> in system:nodes), so that the Node authorizer
+# and NodeRestriction judge what it reads and writes, as on a production node.
+KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
 BIN = "/usr/local/bin"
 LOGS = "/var/log/kube"
 API_PORT = 443
@@ -101,37 +104,51 @@ def ensure_cluster_binaries() -> dict[str, Path]:
 
 
 def make_pki(workdir: Path) -> dict[str, str]:
-    """The CA, the API server's serving pair, the service-account keys and an admin
-    kubeconfig (system:masters client certificate), as guest path -> content."""
+    """The CA, the API server's serving pair, the service-account keys, an admin kubeconfig
+    (system:masters client certificate) and kubelet's (its node identity), as guest path ->
+    content."""
     workdir.mkdir(parents=True, exist_ok=True)
     _make_credentials(workdir)
+    _make_node_credentials(workdir)
     files = {f"{PKI}/{name}": (workdir / name).read_text()
              for name in ("ca.crt", "serving.crt", "serving.key", "sa.key", "sa.pub",
                           "client.crt", "client.key")}  # fmt: skip
-    files[ADMIN_CONF] = admin_kubeconfig(workdir)
+    files[ADMIN_CONF] = kubeconfig(workdir, "admin", "client")
+    files[KUBELET_CONF] = kubeconfig(workdir, f"system:node:{NODE_NAME}", "kubelet")
     return files
 
 
-def admin_kubeconfig(workdir: Path) -> str:
+def _make_node_credentials(w: Path) -> None:
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    _openssl("req", *ec, "-keyout", "kubelet.key", "-out", "kubelet.csr",
+             "-subj", f"/O=system:nodes/CN=system:node:{NODE_NAME}", cwd=w)  # fmt: skip
+    _openssl("x509", "-req", "-in", "kubelet.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "kubelet.crt", "-days", "2",
+             "-extfile", "client.ext", cwd=w)  # fmt: skip
+
+
+def kubeconfig(workdir: Path, user: str, pair: str) -> str:
+    """A kubeconfig for ``user`` with the client certificate ``<pair>.crt``/``.key``."""
+
     def data(name: str) -> str:
         return base64.b64encode((workdir / name).read_bytes()).decode()
 
     return f"""apiVersion: v1
 kind: Config
-current-context: admin
+current-context: {user}
 clusters:
 - name: guest
   cluster:
     server: https://127.0.0.1:{API_PORT}
     certificate-authority-data: {data("ca.crt")}
 contexts:
-- name: admin
-  context: {{cluster: guest, user: admin}}
+- name: {user}
+  context: {{cluster: guest, user: {user}}}
 users:
-- name: admin
+- name: {user}
   user:
-    client-certificate-data: {data("client.crt")}
-    client-key-data: {data("client.key")}
+    client-certificate-data: {data(f"{pair}.crt")}
+    client-key-data: {data(f"{pair}.key")}
 """
 
 
@@ -182,7 +199,8 @@ class Cluster:
                    f"--secure-port={API_PORT}", "--cert-dir=/var/lib/kube-apiserver",
                    f"--tls-cert-file={PKI}/serving.crt",
                    f"--tls-private-key-file={PKI}/serving.key",
-                   f"--client-ca-file={PKI}/ca.crt", "--authorization-mode=RBAC",
+                   f"--client-ca-file={PKI}/ca.crt", "--authorization-mode=Node,RBAC",
+                   "--enable-admission-plugins=NodeRestriction",
                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                    f"--service-account-key-file={PKI}/sa.pub",
                    f"--service-account-signing-key-file={PKI}/sa.key",
@@ -205,7 +223,7 @@ class Cluster:
     def start_kubelet(self) -> None:
         started = time.monotonic()
         self.spawn("kubelet", "--config=/var/lib/kubelet/config.yaml",
-                   f"--kubeconfig={ADMIN_CONF}", f"--hostname-override={NODE_NAME}",
+                   f"--kubeconfig={KUBELET_CONF}", f"--hostname-override={NODE_NAME}",
                    "--v=1")  # fmt: skip
         self.wait(f"node {NODE_NAME} to be Ready", self.node_ready)
         self._timed("kubelet start to node Ready", started)

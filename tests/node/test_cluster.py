@@ -32,6 +32,13 @@ def test_the_node_registers_and_goes_ready(cluster: Cluster) -> None:
     assert info["containerRuntimeVersion"] == "containerd://2.4.2"
     # The guest kernel's 16 CPUs, as kubelet's cAdvisor read them.
     assert node["status"]["capacity"]["cpu"] == "16"
+    # kubelet runs as its node (system:node:<name>), judged by the Node authorizer: what it
+    # reads for DRA (the pods' claims, its node's slices) is allowed, the rest of the cluster
+    # not, as on a production node.
+    node_user = (f"--as=system:node:{NODE_NAME}", "--as-group=system:nodes")
+    can = cluster.kubectl("auth", "can-i", "list", "secrets", "--all-namespaces", *node_user,
+                          check=False)  # fmt: skip
+    assert can.strip() == "no", can
 
 
 def test_a_hostnetwork_pod_runs_where_the_kernel_shows_it(cluster: Cluster) -> None:
