@@ -10,6 +10,7 @@ reserved.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -53,14 +54,22 @@ def in_node1(node: Node) -> tuple[Container, Container]:
 
 
 async def test_a_whole_numa_claim_moves_the_pools_shared_containers_to_the_socket(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     node = make_node(tmp_path)
     be, bu = in_node1(node)
     assert placement(node, be) == (NODE1, CpuSet([1]))
     sent = len(node.updater.batches)
 
-    assert await prepare(node, ["cpu4", "cpu5", "cpu6", "cpu7"]) == ""
+    with caplog.at_level(logging.INFO, "nri_resmgr.policies.topology_aware"):
+        assert await prepare(node, ["cpu4", "cpu5", "cpu6", "cpu7"]) == ""
+    # Each move is said once, when it is made.
+    said = [r.getMessage() for r in caplog.records if "last shared CPUs" in r.getMessage()]
+    assert sorted(said) == sorted(
+        f"DRA claim {UID} took the last shared CPUs of pool NUMA node #1: container "
+        f"default/{pod}/c0 moved to pool socket #0"
+        for pod in ("be", "bu")
+    )
 
     assert node.policy.claims.cpus() == {UID: NODE1}
     for c in (be, bu):
@@ -166,3 +175,25 @@ async def test_a_claim_that_would_empty_the_root_is_still_refused(tmp_path: Path
     assert node.policy.claims.cpus() == {}
     assert pool_of(node, be) == "NUMA node #1"
     assert placement(node, be) == before
+
+
+async def test_an_exclusive_container_leaves_a_moved_besteffort_container_its_cpu(
+    tmp_path: Path,
+) -> None:
+    """Found by the per-CPU state machine: claims left socket #0 one shared CPU (3), where a
+    moved BestEffort container runs; a native 1-CPU container took CPU 3 from NUMA node #0,
+    the socket's child, and left the BestEffort one none. An ancestor's containers that ask no
+    CPU keep one, as the pool's own do: the exclusive CPU comes from NUMA node #3 instead."""
+    node = make_node(tmp_path)
+    be = node.runtime.create(besteffort("be"))
+    assert pool_of(node, be) == "NUMA node #1"  # the premise
+    for uid, cpus in (("1", "1"), ("2", "4-7"), ("3", "8-11"), ("4", "2,12-14")):
+        node.claims.add(claim_object(f"{UID[:-1]}{uid}", [f"cpu{n}" for n in CpuSet.parse(cpus)]))
+        [outcome] = (await node.preparer.prepare([node.ref(f"{UID[:-1]}{uid}")])).values()
+        assert outcome.error == ""
+    assert (pool_of(node, be), placement(node, be)[0]) == ("socket #0", CpuSet([3]))
+
+    g = node.runtime.create(guaranteed("g", 1000))
+
+    assert placement(node, g)[0] == CpuSet([15])
+    assert placement(node, be)[0] == CpuSet([3])

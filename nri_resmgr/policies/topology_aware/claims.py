@@ -211,10 +211,7 @@ class ClaimBook:
                     f"claim {uid}: cpus {cpus} would leave pool {pool.name} and every pool "
                     f"above it without a shared CPU for its {len(users)} shared containers"
                 )
-            for a in users:
-                moves[a.container_id] = engine.pools[target].name
-                log.info("DRA claim %s takes the last shared CPUs of %s: %s moves to %s",
-                         uid, pool.name, a.name, engine.pools[target].name)  # fmt: skip
+            moves.update((a.container_id, engine.pools[target].name) for a in users)
         return moves
 
     def add(self, engine: Engine, grant: ClaimGrant) -> None:

@@ -360,15 +360,17 @@ class Engine:
         if self._store.pop(container_id) is not None:
             self._unsettle()
 
-    def relocate(self, moves: Mapping[str, str]) -> None:
+    def relocate(self, moves: Mapping[str, str]) -> list[tuple[str, str, str]]:
         """Move containers (container id -> pool name) to other pools, keeping what they
         hold otherwise: a DRA claim took the last shared CPUs of their pool. Their memory is
         placed again from the new pool's nodes (widened), and the next ``refresh`` sends
-        their new cpusets and mems."""
+        their new cpusets and mems. The moves made: (container, old pool, new pool)."""
+        moved_from: list[tuple[str, str, str]] = []
         for cid, pool in moves.items():
             a = self._store.get(cid)
             if a is None or a.pool == pool:
                 continue
+            moved_from.append((a.name, a.pool, pool))
             moved = self._put(attrs.evolve(a, pool=pool))
             memory = None
             if a.pod is not None and a.container is not None:
@@ -376,6 +378,7 @@ class Engine:
             self.memory.release(cid)  # not left in the old pool's nodes when unaccounted
             self._place_memory(moved, memory)
         self._settled = None  # refresh checks every container: the moved ones included
+        return moved_from
 
     def forget_all(self) -> None:
         """Drop every grant: restore rebuilds them from what the runtime reports."""

@@ -325,7 +325,10 @@ class TopologyAwarePolicy(HardwarePolicy):
             return []
         moves = self.claims.check(engine, claim)
         self.claims.add(engine, claim)
-        engine.relocate(moves)  # the shared containers of pools the claim empties move up
+        # The shared containers of the pools the claim empties move up.
+        for name, old, new in engine.relocate(moves):
+            log.info("DRA claim %s took the last shared CPUs of pool %s: container %s moved "
+                     "to pool %s", claim.uid, old, name, new)  # fmt: skip
         # Containers that already run with this claim's variables (the claim re-entered
         # after a daemon restart, before or after Synchronize) move onto its CPUs.
         for a in engine.allocations():

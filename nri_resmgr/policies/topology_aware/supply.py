@@ -260,13 +260,14 @@ class Supply:
     def _ancestors_keep(
         self, pool: int, count: int, extra: int, usage: dict[int, PoolLoad], taken: CpuSet
     ) -> bool:
-        """Whether every ancestor still holds its subtree's load with ``count`` CPUs fewer."""
+        """Whether every ancestor still holds its subtree's load with ``count`` CPUs fewer
+        (containers that ask no CPU count 1 mCPU, as in ``_shared_load``: a BestEffort
+        container in an ancestor keeps a CPU there)."""
         for a in self.ancestors[pool]:
             left = len(self.shared_cpus(a, taken)) - count
-            if (
-                left < self._floor(a)
-                or left * 1000 < self._subtree_load(a, usage).shared_mcpu + extra
-            ):
+            load = self._subtree_load(a, usage)
+            need = load.shared_mcpu + (1 if load.zero_requests else 0) + extra
+            if left < self._floor(a) or left * 1000 < need:
                 return False
         return True
 
