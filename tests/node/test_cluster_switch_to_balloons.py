@@ -173,7 +173,8 @@ def test_a_claim_for_a_balloon_of_the_type_runs_in_a_balloon_of_its_own(
     for who, other in (("hostnet", parse_cpus(hostnet.cpus)), ("daemon", reserved)):
         assert not other & cpus, (who, sorted(other), sorted(cpus))
     print(f"claim fast-balloon {uid}: device {home['name']}, cgroup {kernel}; "
-          f"CDI {name}: {spec_env(spec)}; hostnet {hostnet}")  # fmt: skip
+          f"CDI {name}: {spec_env(spec)}; hostnet {hostnet}; "
+          f"daemon cpus {sorted(reserved)}")  # fmt: skip
     delete_pod(cluster, "ballooned")
     cluster.wait("the claim released and its CDI spec removed",
                  lambda: released(cluster, "fast-balloon", name))  # fmt: skip
