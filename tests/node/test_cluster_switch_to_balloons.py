@@ -19,16 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.node import chart
+from tests.node import chart, claims
 from tests.node.chart import BALLOONS
-from tests.node.claims import (
-    cdi_spec,
-    claim_env,
-    manifest,
-    released,
-    spec_env,
-    the_claims_cpus_var,
-)
 from tests.node.cluster import NODE_NAME, Cluster, condition, parse_cpus
 from tests.node.kubepods import container, delete_pod, environ, hostnet_pod, placement_of, run_pod
 
@@ -150,7 +142,7 @@ def test_a_claim_for_a_balloon_of_the_type_runs_in_a_balloon_of_its_own(
     reserved = daemon_cpus(cluster)
     home = max(our_devices(cluster), key=lambda d: int(d["capacity"]["cpu"]["value"]))
     node = attribute(home, "numaNode")
-    cluster.apply(manifest("ResourceClaim", "fast-balloon", type_claim(node, 2)))
+    cluster.apply(claims.manifest("ResourceClaim", "fast-balloon", type_claim(node, 2)))
     pod = run_pod(cluster, "ballooned", hostnet_pod(
         "ballooned", [container("ballooned", "2", "64Mi", claims=("cpus",))],
         claims=[{"name": "cpus", "resourceClaimName": "fast-balloon"}]))  # fmt: skip
@@ -160,22 +152,22 @@ def test_a_claim_for_a_balloon_of_the_type_runs_in_a_balloon_of_its_own(
     assert (result["driver"], result["pool"], result["device"]) == (DRIVER, NODE_NAME,
                                                                     home["name"])  # fmt: skip
     assert result["consumedCapacity"]["cpu"] == "2"
-    name, spec = cdi_spec(cluster, uid)
+    name, spec = claims.cdi_spec(cluster, uid)
     kernel = placement_of(cluster, pod, "ballooned")
     env = environ(cluster, kernel)
-    assert claim_env(env, uid) == claim_env(spec_env(spec), uid) != {}
+    assert claims.claim_env(env, uid) == claims.claim_env(claims.spec_env(spec), uid) != {}
     cpus = parse_cpus(kernel.cpus)
     # The balloon: exactly the consumed CPUs, in the device's NUMA node, that node's memory.
     assert len(cpus) == 2 and cpus <= cluster.numa_nodes()[node], (kernel, node)
     assert kernel.mems == str(node) and kernel.cpus_allowed == kernel.cpus, kernel
-    assert the_claims_cpus_var(env, uid) == cpus
+    assert claims.the_claims_cpus_var(env, uid) == cpus
     hostnet = placement_of(cluster, cluster.get("pod", "hostnet", namespace="default"), "hostnet")
     for who, other in (("hostnet", parse_cpus(hostnet.cpus)), ("daemon", reserved)):
         assert not other & cpus, (who, sorted(other), sorted(cpus))
     print(f"claim fast-balloon {uid}: device {home['name']}, cgroup {kernel}; "
-          f"CDI {name}: {spec_env(spec)}; hostnet {hostnet}; "
+          f"CDI {name}: {claims.spec_env(spec)}; hostnet {hostnet}; "
           f"daemon cpus {sorted(reserved)}")  # fmt: skip
     delete_pod(cluster, "ballooned")
     cluster.wait("the claim released and its CDI spec removed",
-                 lambda: released(cluster, "fast-balloon", name))  # fmt: skip
+                 lambda: claims.released(cluster, "fast-balloon", name))  # fmt: skip
     cluster.kubectl("delete", "resourceclaim", "fast-balloon", "--namespace=default")
