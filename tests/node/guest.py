@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -40,12 +41,22 @@ from tests.runtime.build import PeerUnavailable, ensure_packages
 HERE = Path(__file__).resolve().parent
 AGENT_FILES = (HERE / "agent.py", HERE / "guest_cri.py", HERE.parent / "cri_api.py")
 BOOT_TIMEOUT = 900.0
+# The kernel runs with loglevel=4, so its console stays empty until the initramfs prints
+# "Loading, please wait..." (5-60 s under TCG). Empty for this long, the kernel hung in its
+# early boot (seen once at load 15: qemu busy on every vCPU, nothing printed in 15 min): the
+# guest is killed and booted once more.
+SILENT_BOOT = 300.0
+BOOT_ATTEMPTS = 2
 COMMAND_TIMEOUT = 600.0
 CGROUP = "/sys/fs/cgroup"
 
 
 class GuestError(RuntimeError):
     """The guest did not boot, died, or a command in it failed."""
+
+
+class SilentKernel(GuestError):
+    """The guest's console stayed empty for ``SILENT_BOOT`` seconds."""
 
 
 @attrs.frozen
@@ -101,8 +112,20 @@ class Guest:
         share.mkdir(parents=True, exist_ok=True)
         for f in AGENT_FILES:
             shutil.copy(f, share / f.name)
+        for _ in range(BOOT_ATTEMPTS - 1):
+            try:
+                return cls._boot_once(topology, workdir, image, share)
+            except SilentKernel as e:
+                print(f"{e}; booting the guest again", file=sys.stderr)
+        return cls._boot_once(topology, workdir, image, share)
+
+    @classmethod
+    def _boot_once(
+        cls, topology: VmTopology, workdir: Path, image: GuestImage, share: Path
+    ) -> Guest:
         # A short path: unix socket paths are limited to 108 bytes.
         sock_path = workdir / "agent.sock"
+        sock_path.unlink(missing_ok=True)
         console = workdir / "console.log"
         argv = qemu_argv(topology, image, share, sock_path, console)
         if shutil.which("nice"):
@@ -129,6 +152,10 @@ class Guest:
             if time.monotonic() - started > BOOT_TIMEOUT:
                 raise GuestError(f"the guest did not answer in {BOOT_TIMEOUT:.0f}s:\n"
                                  f"{self.diagnostics()}")  # fmt: skip
+            silent = not self.console.exists() or self.console.stat().st_size == 0
+            if silent and time.monotonic() - started > SILENT_BOOT:
+                self._sock.close()
+                raise SilentKernel(f"the guest's kernel printed nothing in {SILENT_BOOT:.0f}s")
             with contextlib.suppress(TimeoutError):
                 self.request({"op": "ping"}, timeout=5)
                 return
