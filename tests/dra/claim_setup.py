@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from nri_resmgr.config.models import PolicySpec
+from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra.cpu.cdi import CdiWriter
 from nri_resmgr.dra.cpu.driver import CpuDriver
 from nri_resmgr.dra.cpu.state import ClaimStore
@@ -218,6 +219,11 @@ def injected(
 def claim_key(cdi_dir: Path, uid: str) -> str:
     """The key the claim's CDI spec injects."""
     return injected(cdi_dir, Container("", "", ""), uid).claim_keys[uid]
+
+
+def claim_cpus(cdi_dir: Path, uid: str) -> CpuSet:
+    """The cpuset the claim's CDI spec injects (what its containers are pinned to)."""
+    return CpuSet.parse(injected(cdi_dir, Container("", "", ""), uid).claims[uid])
 
 
 def env_line(uid: str, cpus: str) -> str:

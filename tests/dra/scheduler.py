@@ -14,18 +14,21 @@ without leader elect"); that is its clean stop.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
 import httpx
+import pytest
 
 from nri_resmgr.kube import KubeClient
 from nri_resmgr.kube.resources import NODES
 from tests.dra.schedulerbuild import BuildError, ensure_scheduler
-from tests.kube.apiserver import ApiServer, free_port
+from tests.kube.apiserver import ApiServer, free_port, start_apiserver
 from tests.kube.gobuild import KUBERNETES_VERSION
 from tests.kube.versions import kube_versions
 from tests.peers import missing_peer
@@ -109,6 +112,24 @@ def start_scheduler(server: ApiServer, log: Path, version: str = KUBERNETES_VERS
     scheduler = Scheduler(scheduler_binary(version), log)
     scheduler.start(server.kubeconfig)
     return scheduler
+
+
+@contextlib.contextmanager
+def scheduler_stack(
+    tmp_path_factory: pytest.TempPathFactory, name: str, version: str
+) -> Iterator[tuple[ApiServer, Scheduler]]:
+    """kube-apiserver and kube-scheduler ``version`` on it, in directories named after
+    ``name``; the scheduler stopped, then the API server, on the way out."""
+    server = start_apiserver(tmp_path_factory.mktemp(f"{name}-apiserver"), version)
+    try:
+        log = tmp_path_factory.mktemp(f"{name}-scheduler") / "scheduler.log"
+        scheduler = start_scheduler(server, log, version)
+        try:
+            yield server, scheduler
+        finally:
+            scheduler.stop()
+    finally:
+        server.shutdown()
 
 
 async def schedulable_node(client: KubeClient, name: str, cpus: int = 16) -> dict[str, Any]:

@@ -21,9 +21,6 @@ other claims) stays unschedulable, without the allocation timeout. Consumable ca
 from __future__ import annotations
 
 import contextlib
-import json
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -43,17 +40,16 @@ from nri_resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.policies.balloons.balloon import Balloon
 from nri_resmgr.policies.balloons.dra import balloon_of
 from nri_resmgr.policies.balloons.state import balloon_mems
-from nri_resmgr.resmgr.model import claim_env_name
 from nri_resmgr.sim.machine import MACHINES as LAYOUTS
 from nri_resmgr.sim.synthetic import write_sysfs
 from tests.dra import chain
 from tests.dra.balloon_setup import BALLOONS_DRIVER as DRIVER
 from tests.dra.balloon_setup import TURBO_KHZ, max_freq, turbo_control, write_max_freq
-from tests.dra.claim_setup import NODE, Node, make_node
+from tests.dra.claim_setup import NODE, Node, claim_cpus, make_node
 from tests.dra.kubelet_peer import KubeletPeer, kubelet_peer, peer_binary
-from tests.dra.scheduler import Scheduler, schedulable_node, scheduler_versions, start_scheduler
+from tests.dra.scheduler import Scheduler, schedulable_node, scheduler_stack, scheduler_versions
 from tests.dra.test_grouped_scheduler import unschedulable
-from tests.kube.apiserver import ApiServer, start_apiserver
+from tests.kube.apiserver import ApiServer
 from tests.policies.workload import balloons_spec
 
 pytestmark = pytest.mark.integration
@@ -70,39 +66,15 @@ TYPES = (
 
 
 @pytest.fixture(scope="module")
-def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    server = start_apiserver(tmp_path_factory.mktemp("balloons_apiserver"), VERSION)
-    try:
-        yield server
-    finally:
-        server.shutdown()
-
-
-@pytest.fixture(scope="module")
-def scheduler(
-    apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Scheduler]:
-    running = start_scheduler(apiserver, tmp_path_factory.mktemp("balloons_sched") / "log", VERSION)
-    try:
-        yield running
-    finally:
-        running.stop()
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ApiServer, Scheduler]]:
+    with scheduler_stack(tmp_path_factory, "balloons", VERSION) as both:
+        yield both
 
 
 @pytest.fixture(scope="module")
 def kubelet_binary() -> Path:
     """kubelet's DRA code of the control plane's version."""
     return peer_binary(VERSION)
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # Unix socket paths must stay short; pytest's tmp_path may be too long.
-    root = Path(tempfile.mkdtemp(prefix="bdra-"))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @attrs.define
@@ -122,17 +94,17 @@ class Cluster:
 @pytest.fixture
 async def cluster(
     aio_loop: object,  # grpclib's asyncio, under trio
-    apiserver: ApiServer,
-    scheduler: Scheduler,
+    stack: tuple[ApiServer, Scheduler],
     kubelet_binary: Path,
     tmp_path: Path,
-    short_dir: Path,
+    socket_dir: Path,
 ) -> AsyncIterator[Cluster]:
     write_sysfs(tmp_path, LAYOUTS["n4c128"])
     write_max_freq(tmp_path, range(128))
     spec = balloons_spec("cpuset:0", dra=DraConfig(enabled=True), balloon_types=TYPES,
                          control=turbo_control())  # fmt: skip
     node = make_node(tmp_path, spec=spec, policy_class=BalloonsPolicy, driver_name=DRIVER)
+    apiserver, scheduler = stack
     async with KubeClient(apiserver.config()) as client:
         ns = f"balloons-{uuid.uuid4().hex[:6]}"
         await client.create(NAMESPACES, {"metadata": {"name": ns}})
@@ -145,13 +117,13 @@ async def cluster(
         )
         node.policy.devices_changed = publisher.trigger  # as nri_resmgr.dra.setup wires it
         plugin = KubeletPlugin(
-            node.driver, DRIVER, client, short_dir / "plugins", short_dir / "registry",
+            node.driver, DRIVER, client, socket_dir / "plugins", socket_dir / "registry",
             publisher=publisher, cdi_dir=node.cdi_dir,
         )  # fmt: skip
         peer = kubelet_peer(kubelet_binary, kubeconfig=apiserver.kubeconfig, node=NODE,
-                            registry=short_dir / "registry", state=short_dir / "kubelet",
+                            registry=socket_dir / "registry", state=socket_dir / "kubelet",
                             log=tmp_path / "kubelet.log")  # fmt: skip
-        (short_dir / "registry").mkdir()
+        (socket_dir / "registry").mkdir()
         async with peer as kubelet, trio.open_nursery() as nursery:
             await plugin.start(nursery)
             await kubelet.wait_plugin(DRIVER)
@@ -190,17 +162,8 @@ async def scheduled_and_prepared(c: Cluster, name: str) -> tuple[JSON, Balloon, 
     assert f"{DRIVER}/cpu=claim-{uid}" in prepared["cdi_devices"]["app"], prepared
     b = balloon_of(c.policy.state, uid)
     assert b is not None
-    assert cdi_cpus(c, uid) == b.cpus  # what the container is pinned to
+    assert claim_cpus(c.node.cdi_dir, uid) == b.cpus  # what the container is pinned to
     return claim, b, pod
-
-
-def cdi_cpus(c: Cluster, uid: str) -> CpuSet:
-    """The cpuset the claim's CDI spec injects."""
-    [spec_file] = c.node.cdi_dir.glob(f"*-cpu_claim-{uid}.json")
-    [device] = json.loads(spec_file.read_text())["devices"]
-    prefix = claim_env_name(uid) + "="
-    [value] = [e[len(prefix) :] for e in device["containerEdits"]["env"] if e.startswith(prefix)]
-    return CpuSet.parse(value)
 
 
 async def stays_unschedulable(c: Cluster, name: str) -> None:

@@ -38,8 +38,8 @@ from nri_resmgr.sim.machine import MACHINES as LAYOUTS
 from nri_resmgr.sim.synthetic import write_sysfs
 from tests.dra import chain
 from tests.dra.claim_setup import DRIVER, NODE, Node, make_node
-from tests.dra.scheduler import Scheduler, schedulable_node, scheduler_versions, start_scheduler
-from tests.kube.apiserver import ApiServer, start_apiserver
+from tests.dra.scheduler import Scheduler, schedulable_node, scheduler_stack, scheduler_versions
+from tests.kube.apiserver import ApiServer
 from tests.policies.workload import topology_spec
 
 pytestmark = pytest.mark.integration
@@ -50,24 +50,11 @@ JSON = dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def grouped_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    server = start_apiserver(tmp_path_factory.mktemp("grouped_apiserver"), VERSION)
-    try:
-        yield server
-    finally:
-        server.shutdown()
-
-
-@pytest.fixture(scope="module")
-def grouped_scheduler(
-    grouped_apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Scheduler]:
-    log = tmp_path_factory.mktemp("grouped_scheduler") / "scheduler.log"
-    running = start_scheduler(grouped_apiserver, log, VERSION)
-    try:
-        yield running
-    finally:
-        running.stop()
+def grouped_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ApiServer, Scheduler]]:
+    with scheduler_stack(tmp_path_factory, "grouped", VERSION) as stack:
+        yield stack
 
 
 @attrs.define
@@ -88,8 +75,7 @@ def grouping() -> tuple[str, str] | None:
 
 @pytest.fixture
 async def cluster(
-    grouped_apiserver: ApiServer,
-    grouped_scheduler: Scheduler,
+    grouped_stack: tuple[ApiServer, Scheduler],
     tmp_path: Path,
     grouping: tuple[str, str] | None,
 ) -> AsyncIterator[Cluster]:
@@ -99,6 +85,7 @@ async def cluster(
         by, grouped = grouping
         dra = DraConfig(enabled=True, cpu_device_mode="grouped", group_by=by, grouped_cpus=grouped)  # type: ignore[arg-type]
     node = make_node(tmp_path, spec=topology_spec(dra=dra))
+    grouped_apiserver, grouped_scheduler = grouped_stack
     async with KubeClient(grouped_apiserver.config()) as client:
         ns = f"grouped-{uuid.uuid4().hex[:6]}"
         await client.create(NAMESPACES, {"metadata": {"name": ns}})

@@ -27,9 +27,6 @@ naming a sub-request the claim does not have; the plugin's own check of that is 
 from __future__ import annotations
 
 import contextlib
-import json
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -46,12 +43,11 @@ from nri_resmgr.dra.kubeletplugin import KubeletPlugin, SlicePublisher
 from nri_resmgr.dra.kubeletplugin.publisher import resource_slices
 from nri_resmgr.kube import AlreadyExists, Invalid, KubeClient
 from nri_resmgr.kube.resources import NAMESPACES, PODS, RESOURCE_CLAIMS
-from nri_resmgr.resmgr.model import claim_env_name
 from tests.dra import chain
-from tests.dra.claim_setup import DRIVER, NODE, Node, make_node
+from tests.dra.claim_setup import DRIVER, NODE, Node, claim_cpus, make_node
 from tests.dra.kubelet_peer import KubeletPeer, kubelet_peer, peer_binary
-from tests.dra.scheduler import Scheduler, schedulable_node, scheduler_versions, start_scheduler
-from tests.kube.apiserver import ApiServer, start_apiserver
+from tests.dra.scheduler import Scheduler, schedulable_node, scheduler_stack, scheduler_versions
+from tests.kube.apiserver import ApiServer
 from tests.policies.workload import topology_spec
 
 JSON = dict[str, Any]
@@ -93,16 +89,8 @@ def stack(
 ) -> Iterator[Stack]:
     """kube-apiserver and kube-scheduler of one version, for the module."""
     version: str = request.param
-    server = start_apiserver(tmp_path_factory.mktemp(f"apiserver-{version}"), version)
-    try:
-        log = tmp_path_factory.mktemp(f"scheduler-{version}") / "scheduler.log"
-        scheduler = start_scheduler(server, log, version)
-        try:
-            yield Stack(server, scheduler, version)
-        finally:
-            scheduler.stop()
-    finally:
-        server.shutdown()
+    with scheduler_stack(tmp_path_factory, version, version) as (server, scheduler):
+        yield Stack(server, scheduler, version)
 
 
 @pytest.fixture(scope="module")
@@ -122,23 +110,13 @@ class Cluster:
 
 
 @pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # Unix socket paths must stay short; pytest's tmp_path may be too long.
-    root = Path(tempfile.mkdtemp(prefix="prio-"))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture
 async def cluster(
     aio_loop: object,  # grpclib's asyncio, under trio
     stack: Stack,
     mode: str,
     kubelet_binary: Path,
     tmp_path: Path,
-    short_dir: Path,
+    socket_dir: Path,
 ) -> AsyncIterator[Cluster]:
     grouped = mode == "grouped"
     dra = DraConfig(enabled=True)
@@ -156,13 +134,13 @@ async def cluster(
             client, node.driver.devices, DRIVER, NODE, backoff=Backoff(initial=0.1, maximum=1)
         )
         plugin = KubeletPlugin(
-            node.driver, DRIVER, client, short_dir / "plugins", short_dir / "registry",
+            node.driver, DRIVER, client, socket_dir / "plugins", socket_dir / "registry",
             publisher=publisher, cdi_dir=node.cdi_dir,
         )  # fmt: skip
         peer = kubelet_peer(kubelet_binary, kubeconfig=stack.apiserver.kubeconfig, node=NODE,
-                            registry=short_dir / "registry", state=short_dir / "kubelet",
+                            registry=socket_dir / "registry", state=socket_dir / "kubelet",
                             log=tmp_path / "kubelet.log")  # fmt: skip
-        (short_dir / "registry").mkdir()
+        (socket_dir / "registry").mkdir()
         async with peer as kubelet, trio.open_nursery() as nursery:
             await plugin.start(nursery)
             await kubelet.wait_plugin(DRIVER)
@@ -259,15 +237,6 @@ def by_request(claim: JSON) -> dict[str, list[JSON]]:
     return out
 
 
-def cdi_cpus(c: Cluster, uid: str) -> CpuSet:
-    """The cpuset the claim's CDI spec injects (what the container is pinned to)."""
-    [spec_file] = c.node.cdi_dir.glob(f"*-cpu_claim-{uid}.json")
-    [device] = json.loads(spec_file.read_text())["devices"]
-    prefix = claim_env_name(uid) + "="
-    [value] = [e[len(prefix) :] for e in device["containerEdits"]["env"] if e.startswith(prefix)]
-    return CpuSet.parse(value)
-
-
 def expected_cdi(uid: str, *requests: str) -> list[str]:
     """What our answer gives a container of ``requests``: the claim's CDI device, and the
     device metadata mount of each request."""
@@ -290,7 +259,7 @@ async def prepare(c: Cluster, claim: JSON, bound: JSON) -> CpuSet:
     assert got["all"] == expected_cdi(uid, *requests), got
     assert got["none"] == []
     held = c.node.policy.claims.cpus()[uid]
-    assert cdi_cpus(c, uid) == held
+    assert claim_cpus(c.node.cdi_dir, uid) == held
     return held
 
 

@@ -48,7 +48,7 @@ from tests.dra.kubelet_peer import KubeletPeer, kubelet_peer
 from tests.dra.metadata_stream import VERSIONS, attributes, newest
 from tests.dra.metadatabuild import BuildError, ensure_reader
 from tests.dra.scheduler import Scheduler, schedulable_node
-from tests.dra.test_grouped_scheduler import capacity_claim, grouped_apiserver, grouped_scheduler
+from tests.dra.test_grouped_scheduler import capacity_claim, grouped_stack
 from tests.dra.test_kubelet_real import kubelet_binary, node_dirs
 from tests.instrumentation.test_cluster_process import established
 from tests.kube.apiserver import ApiServer
@@ -58,7 +58,7 @@ from tests.runtime.cri import GUARANTEED_1CPU, Container, Cri, placement
 from tests.runtime.daemon import Daemon
 from tools.crdschema import crd
 
-__all__ = ["grouped_apiserver", "grouped_scheduler", "kubelet_binary", "node_dirs"]  # fixtures
+__all__ = ["grouped_stack", "kubelet_binary", "node_dirs"]  # fixtures
 
 pytestmark = pytest.mark.integration
 
@@ -97,14 +97,14 @@ def dra_config(mode: str) -> JSON:
 @pytest.fixture
 async def node(
     request: pytest.FixtureRequest,
-    grouped_apiserver: ApiServer,
-    grouped_scheduler: Scheduler,
+    grouped_stack: tuple[ApiServer, Scheduler],
     containerd: Containerd,
     kubelet_binary: Path,
     node_dirs: Path,
 ) -> AsyncIterator[Node]:
     """The cluster objects, kubelet and our daemon (DRA on, mode ``request.param``), the
     daemon registered with containerd's NRI and kubelet, its slice published."""
+    grouped_apiserver, _ = grouped_stack  # the scheduler allocates the tests' claims
     async with KubeClient(grouped_apiserver.config()) as client:
         await established(client, crd("TopologyAwarePolicy"))
         suffix = uuid.uuid4().hex[:6]
