@@ -63,19 +63,15 @@ def rebuild(
             for live in lives
         ]
         lives = _mixed_types_fell_back(lives, fallback)
-        # The reserved balloon holds the reserved CPUs: a reserved-class container without
-        # any of them fell back to the default balloon.
-        lives = [
-            attrs.evolve(live, type=fallback)
-            if live.type.name == RESERVED
-            and state.reserved
-            and live.cpus
-            and live.cpus.isdisjoint(state.reserved)
-            else live
-            for live in lives
-        ]
+    # The reserved balloon holds the reserved CPUs, and nothing puts a reserved-class
+    # container elsewhere: one without any of them ran under another reservation (the
+    # configuration changed), so it joins this one's reserved balloon, as upstream does.
     for live in lives:
-        if live.cpus:
+        if _off_the_reserved_cpus(state, live):
+            log.info("%s: cpuset %s holds no reserved CPU (%s)", live.name, live.cpus,
+                     state.reserved)  # fmt: skip
+            leftovers.append(live)
+        elif live.cpus:
             clusters[(live.type.name, live.cpus)].append(live)
         else:
             leftovers.append(live)
@@ -111,6 +107,15 @@ def _mixed_types_fell_back(lives: list[Live], fallback: BalloonType) -> list[Liv
         attrs.evolve(live, type=fallback) if live.cpus and len(types[live.cpus]) > 1 else live
         for live in lives
     ]
+
+
+def _off_the_reserved_cpus(state: Balloons, live: Live) -> bool:
+    return bool(
+        live.type.name == RESERVED
+        and state.reserved
+        and live.cpus
+        and live.cpus.isdisjoint(state.reserved)
+    )
 
 
 def _never_fits(t: BalloonType, request: int) -> bool:

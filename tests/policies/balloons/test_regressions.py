@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from nri_resmgr.config.models import BalloonType
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.balloons import BalloonsPolicy
-from tests.policies.workload import Runtime, balloons_spec, guaranteed, running, start
+from tests.policies.workload import Runtime, balloons_spec, burstable, guaranteed, running, start
 from tests.sysfs.fakesys import Layout
 
 THREE_SMALL_PACKAGES = Layout(packages=3, cores_per_node=1, threads=2, isolated="0")
@@ -29,9 +31,9 @@ def test_a_type_change_on_reconfigure_keeps_what_the_runtime_holds_in_view(
     tmp_path: Path,
 ) -> None:
     # pinCPU off, then on (the kube-system container is pinned to the reserved balloon), then
-    # a reserved cpuset without its CPU (it falls back to default), then the first again:
-    # its type changes back, it is placed afresh with pinCPU off, nothing is sent, so the
-    # policy must still believe what the runtime holds, not "unpinned".
+    # a reserved cpuset without its CPU (it is placed afresh: once it fell back to default,
+    # now it joins the new reserved balloon), then the first again: with pinCPU off nothing
+    # is sent, so the policy must still believe what the runtime holds, not "unpinned".
     unpinned = balloons_spec("750m", pin_cpu=False, pin_memory=False)
     p = BalloonsPolicy()
     start(p, tmp_path, THREE_SMALL_PACKAGES, unpinned)
@@ -99,3 +101,34 @@ def test_a_second_reserved_class_cpuset_is_restored_where_it_runs(tmp_path: Path
     held = {a.name: str(a.cpus) for a in p.state.members}
     assert held == {"kube-system/r/c0": "1", "kube-system/f/c0": "3-4"}
     assert {b.name for b in p.state.balloons if b.members} == {"reserved[0]", "default[0]"}
+
+
+@pytest.mark.parametrize("how", ["restart", "reconfigure"])
+def test_another_reserved_cpuset_moves_kube_system_onto_it(tmp_path: Path, how: str) -> None:
+    # The guest found it replaying upstream's test01 then test03 on one node: the control
+    # plane's kube-system containers ran on test01's reserved CPU when the daemon restarted
+    # with test03's reserved 0-2. Restored in the default balloon, they kept CPU 7 there, and
+    # a 2500m default container joining them got 4 CPUs (their 850m and its own) instead of 3.
+    machine = Layout(packages=2, cores_per_node=2, threads=2)
+    old = BalloonsPolicy()
+    start(old, tmp_path, machine, balloons_spec("cpuset:7", pin_memory=False))
+    rt = Runtime(old)
+    control_plane = [
+        rt.create(burstable(name, milli, namespace="kube-system"))
+        for name, milli in (("apiserver", 250), ("controller", 200), ("scheduler", 100),
+                            ("etcd", 100), ("coredns-a", 100), ("coredns-b", 100))
+    ]  # fmt: skip
+    assert {rt.cpus[c.id] for c in control_plane} == {"7"}
+    # A live reconfiguration re-places them the same way (topology-aware does too).
+    changed = balloons_spec("cpuset:0-2", pin_memory=False)
+    if how == "reconfigure":
+        rt.apply(old.reconfigure(changed))
+    else:
+        new = BalloonsPolicy()
+        start(new, tmp_path, machine, changed)
+        rt.policy = new
+        rt.apply(new.synchronize(*rt.reported()))
+    assert {rt.cpus[c.id] for c in control_plane} == {"0-2"}
+    app = rt.create(guaranteed("app", 2500))
+    assert len(CpuSet.parse(rt.cpus[app.id] or "")) == 3
+    assert CpuSet.parse(rt.cpus[app.id] or "").isdisjoint(CpuSet.parse("0-2"))
