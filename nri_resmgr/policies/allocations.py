@@ -166,6 +166,17 @@ class PoolLoad(NamedTuple):
     zero_requests: int = 0
     """Shared containers asking no CPU (``Allocation.zero_request``)."""
 
+    @property
+    def shared_need(self) -> int:
+        """mCPU the shared CPUs must hold for these containers (``shared_need``)."""
+        return shared_need(self.shared_mcpu, self.zero_requests)
+
+
+def shared_need(mcpu: int, zero_requests: int) -> int:
+    """Shared mCPU asked, plus 1 where some containers ask none, so that they are never left
+    without a CPU (nri-plugins' AllocatableSharedCPU counts them so)."""
+    return mcpu + 1 if zero_requests else mcpu
+
 
 _NO_LOAD = PoolLoad()
 

@@ -20,7 +20,7 @@ import attrs
 from nri_resmgr.config.models import TopologyAwareSpec
 from nri_resmgr.cpus import Priority
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.policies.allocations import NO_CPUS, AllocationView, PoolLoad
+from nri_resmgr.policies.allocations import NO_CPUS, AllocationView, PoolLoad, shared_need
 from nri_resmgr.policies.topology_aware.affinity import pool_score as affinity_score
 from nri_resmgr.policies.topology_aware.cpuprefs import priority_capacity
 from nri_resmgr.policies.topology_aware.hints import (
@@ -157,16 +157,15 @@ class Supply:
     def _shared_load(self, pool: int, usage: dict[int, PoolLoad], taken: CpuSet) -> int:
         """mCPU of the pool's shared CPUs in use: its subtree's shared requests plus this
         pool's part of its ancestors' shared containers; a subtree holding containers that
-        ask no CPU counts 1 mCPU more (nri-plugins AllocatableSharedCPU), so they are never
-        left without a CPU. (Every fit asks for it: no PoolLoad is built on the way.)"""
+        ask no CPU counts 1 mCPU more (``shared_need``). (Every fit asks for it: no PoolLoad
+        is built on the way.)"""
         mcpu = zero = 0
         for i in self.subtrees[pool]:
             load = usage.get(i)
             if load is not None:
                 mcpu += load.shared_mcpu
                 zero += load.zero_requests
-        if zero:
-            mcpu += 1
+        mcpu = shared_need(mcpu, zero)
         ancestors = self.ancestors[pool]
         if ancestors:
             own = len(self.shared_cpus(pool, taken))
@@ -186,8 +185,7 @@ class Supply:
             shared = self.shared_cpus(d, taken)
             if not shared:
                 continue
-            load = self._subtree_load(d, usage)
-            need = -(-(load.shared_mcpu + (1 if load.zero_requests else 0)) // 1000)
+            need = -(-self._subtree_load(d, usage).shared_need // 1000)
             missing = need - len(kept & shared)
             if missing > 0:
                 kept = kept | CpuSet(list(shared - kept)[:missing])
@@ -261,12 +259,10 @@ class Supply:
         self, pool: int, count: int, extra: int, usage: dict[int, PoolLoad], taken: CpuSet
     ) -> bool:
         """Whether every ancestor still holds its subtree's load with ``count`` CPUs fewer
-        (containers that ask no CPU count 1 mCPU, as in ``_shared_load``: a BestEffort
-        container in an ancestor keeps a CPU there)."""
+        (``shared_need``: a BestEffort container in an ancestor keeps a CPU there)."""
         for a in self.ancestors[pool]:
             left = len(self.shared_cpus(a, taken)) - count
-            load = self._subtree_load(a, usage)
-            need = load.shared_mcpu + (1 if load.zero_requests else 0) + extra
+            need = self._subtree_load(a, usage).shared_need + extra
             if left < self._floor(a) or left * 1000 < need:
                 return False
         return True
