@@ -14,8 +14,12 @@ from typing import Any
 
 import trio
 
-from nri_resmgr.kube import KubeClient, NotFound
-from nri_resmgr.kube.resources import PODS, RESOURCE_CLAIMS, ApiResource
+from nri_resmgr.backoff import Backoff
+from nri_resmgr.dra.kubeletplugin import SlicePublisher
+from nri_resmgr.dra.kubeletplugin.publisher import DeviceSource
+from nri_resmgr.kube import AlreadyExists, KubeClient, NotFound
+from nri_resmgr.kube.resources import NAMESPACES, PODS, RESOURCE_CLAIMS, ApiResource
+from tests.dra.scheduler import schedulable_node
 
 DEVICE_CLASSES = ApiResource(
     "resource.k8s.io", "v1", "deviceclasses", namespaced=False, kind="DeviceClass"
@@ -23,7 +27,34 @@ DEVICE_CLASSES = ApiResource(
 
 JSON = dict[str, Any]
 
-__all__ = ["DEVICE_CLASSES", "allocated", "claim", "device_class", "pod", "release"]
+__all__ = [
+    "DEVICE_CLASSES",
+    "allocated",
+    "claim",
+    "device_class",
+    "pod",
+    "publisher",
+    "release",
+    "scaffold",
+]
+
+
+async def scaffold(
+    client: KubeClient, namespace: str, node: str, driver: str, cpus: int = 16
+) -> None:
+    """What a test needs on the apiserver before its driver starts: its own namespace, a
+    schedulable ``node`` and ``driver``'s DeviceClass (both kept where an earlier test of
+    the same apiserver made them)."""
+    await client.create(NAMESPACES, {"metadata": {"name": namespace}})
+    with contextlib.suppress(AlreadyExists):
+        await schedulable_node(client, node, cpus=cpus)
+    with contextlib.suppress(AlreadyExists):
+        await client.create(DEVICE_CLASSES, device_class(driver))
+
+
+def publisher(client: KubeClient, devices: DeviceSource, driver: str, node: str) -> SlicePublisher:
+    """The daemon's ResourceSlice publisher, retrying within a second (a test's pace)."""
+    return SlicePublisher(client, devices, driver, node, backoff=Backoff(initial=0.1, maximum=1))
 
 
 def device_class(driver: str) -> JSON:

@@ -20,7 +20,6 @@ other claims) stays unschedulable, without the allocation timeout. Consumable ca
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -30,12 +29,11 @@ import attrs
 import pytest
 import trio
 
-from nri_resmgr.backoff import Backoff
 from nri_resmgr.config.models import BalloonType, BalloonTypeDra, DraConfig
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.dra.kubeletplugin import KubeletPlugin, SlicePublisher
-from nri_resmgr.kube import AlreadyExists, KubeClient
-from nri_resmgr.kube.resources import NAMESPACES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from nri_resmgr.dra.kubeletplugin import KubeletPlugin
+from nri_resmgr.kube import KubeClient
+from nri_resmgr.kube.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from nri_resmgr.policies.balloons import BalloonsPolicy
 from nri_resmgr.policies.balloons.balloon import Balloon
 from nri_resmgr.policies.balloons.dra import balloon_of
@@ -47,7 +45,7 @@ from tests.dra.balloon_setup import BALLOONS_DRIVER as DRIVER
 from tests.dra.balloon_setup import TURBO_KHZ, max_freq, turbo_control, write_max_freq
 from tests.dra.claim_setup import NODE, Node, claim_cpus, make_node
 from tests.dra.kubelet_peer import KubeletPeer, kubelet_peer, peer_binary
-from tests.dra.scheduler import Scheduler, schedulable_node, scheduler_stack, scheduler_versions
+from tests.dra.scheduler import Scheduler, scheduler_stack, scheduler_versions
 from tests.dra.test_grouped_scheduler import unschedulable
 from tests.kube.apiserver import ApiServer
 from tests.policies.workload import balloons_spec
@@ -107,14 +105,8 @@ async def cluster(
     apiserver, scheduler = stack
     async with KubeClient(apiserver.config()) as client:
         ns = f"balloons-{uuid.uuid4().hex[:6]}"
-        await client.create(NAMESPACES, {"metadata": {"name": ns}})
-        with contextlib.suppress(AlreadyExists):
-            await schedulable_node(client, NODE, cpus=128)
-        with contextlib.suppress(AlreadyExists):
-            await client.create(chain.DEVICE_CLASSES, chain.device_class(DRIVER))
-        publisher = SlicePublisher(
-            client, node.driver.devices, DRIVER, NODE, backoff=Backoff(initial=0.1, maximum=1)
-        )
+        await chain.scaffold(client, ns, NODE, DRIVER, cpus=128)
+        publisher = chain.publisher(client, node.driver.devices, DRIVER, NODE)
         node.policy.devices_changed = publisher.trigger  # as nri_resmgr.dra.setup wires it
         plugin = KubeletPlugin(
             node.driver, DRIVER, client, socket_dir / "plugins", socket_dir / "registry",

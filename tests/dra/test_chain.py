@@ -15,7 +15,6 @@ so the scheduler must take node 1 (CPUs 4-7): the constraint, not first fit, dec
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -37,7 +36,6 @@ from nri_resmgr.dra.kubeletplugin.publisher import resource_slices
 from nri_resmgr.kube import AlreadyExists, KubeClient, NotFound
 from nri_resmgr.kube.resources import (
     CUSTOM_RESOURCE_DEFINITIONS,
-    NAMESPACES,
     NODES,
     PODS,
     RESOURCE_CLAIMS,
@@ -50,7 +48,7 @@ from tests.conformance.peer import Harness, open_harness
 from tests.conformance.test_nri_conformance import cpus
 from tests.dra import chain
 from tests.dra.kubelet_peer import kubelet_peer, peer_binary
-from tests.dra.scheduler import Scheduler, schedulable_node, start_scheduler
+from tests.dra.scheduler import Scheduler, start_scheduler
 from tests.kube.apiserver import ApiServer, session_apiserver
 from tests.kube.versions import kube_versions
 from tests.peers import missing_peer
@@ -245,11 +243,8 @@ async def node(
     async with KubeClient(ta_crd.config()) as client:
         suffix = uuid.uuid4().hex[:6]
         ns, name = f"chain-{suffix}", f"chain-node-{suffix}"
-        await client.create(NAMESPACES, {"metadata": {"name": ns}})
+        await chain.scaffold(client, ns, name, DRIVER)
         await client.create(TOPOLOGY_AWARE_POLICIES, policy_cr(), ns)
-        await schedulable_node(client, name)
-        with contextlib.suppress(AlreadyExists):
-            await client.create(chain.DEVICE_CLASSES, chain.device_class(DRIVER))
         (workdir / "registry").mkdir()
         host_root = write_sysfs(workdir / "host", N4C16)
         async with open_harness(harness_binary, workdir) as harness:

@@ -9,7 +9,6 @@ first, so plain first fit would split the claim across nodes: the constraint mus
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -19,10 +18,10 @@ import trio
 from nri_resmgr.backoff import Backoff
 from nri_resmgr.dra.kubeletplugin.devices import Device
 from nri_resmgr.dra.kubeletplugin.publisher import SlicePublisher
-from nri_resmgr.kube import AlreadyExists, KubeClient
-from nri_resmgr.kube.resources import NAMESPACES, NODES, PODS, RESOURCE_CLAIMS
+from nri_resmgr.kube import KubeClient
+from nri_resmgr.kube.resources import NODES, PODS, RESOURCE_CLAIMS
 from tests.dra import chain
-from tests.dra.scheduler import Scheduler, schedulable_node, start_scheduler
+from tests.dra.scheduler import Scheduler, start_scheduler
 from tests.kube.apiserver import ApiServer, session_apiserver
 from tests.kube.versions import kube_versions
 
@@ -57,10 +56,7 @@ async def cluster(
 ) -> AsyncIterator[tuple[KubeClient, str, str]]:
     async with KubeClient(server.config()) as client:
         ns, node = f"chain-{uuid.uuid4().hex[:6]}", f"chain-node-{uuid.uuid4().hex[:6]}"
-        await client.create(NAMESPACES, {"metadata": {"name": ns}})
-        await schedulable_node(client, node)
-        with contextlib.suppress(AlreadyExists):
-            await client.create(chain.DEVICE_CLASSES, chain.device_class(DRIVER))
+        await chain.scaffold(client, ns, node, DRIVER)
         yield client, ns, node
         await client.delete(NODES, node)
 

@@ -14,7 +14,6 @@ with per-CPU devices (the default mode) a 4-CPU same-NUMA claim still is, at 1.3
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 import uuid
@@ -26,19 +25,17 @@ import attrs
 import pytest
 import trio
 
-from nri_resmgr.backoff import Backoff
 from nri_resmgr.config.models import DraConfig
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.dra.kubeletplugin.claims import ClaimRef
 from nri_resmgr.dra.kubeletplugin.node_service import ClaimService
-from nri_resmgr.dra.kubeletplugin.publisher import SlicePublisher
-from nri_resmgr.kube import AlreadyExists, KubeClient
-from nri_resmgr.kube.resources import NAMESPACES, PODS, RESOURCE_CLAIMS
+from nri_resmgr.kube import KubeClient
+from nri_resmgr.kube.resources import PODS, RESOURCE_CLAIMS
 from nri_resmgr.sim.machine import MACHINES as LAYOUTS
 from nri_resmgr.sim.synthetic import write_sysfs
 from tests.dra import chain
 from tests.dra.claim_setup import DRIVER, NODE, Node, make_node
-from tests.dra.scheduler import Scheduler, schedulable_node, scheduler_stack, scheduler_versions
+from tests.dra.scheduler import Scheduler, scheduler_stack, scheduler_versions
 from tests.kube.apiserver import ApiServer
 from tests.policies.workload import topology_spec
 
@@ -88,14 +85,8 @@ async def cluster(
     grouped_apiserver, grouped_scheduler = grouped_stack
     async with KubeClient(grouped_apiserver.config()) as client:
         ns = f"grouped-{uuid.uuid4().hex[:6]}"
-        await client.create(NAMESPACES, {"metadata": {"name": ns}})
-        with contextlib.suppress(AlreadyExists):
-            await schedulable_node(client, NODE, cpus=128)
-        with contextlib.suppress(AlreadyExists):
-            await client.create(chain.DEVICE_CLASSES, chain.device_class(DRIVER))
-        publisher = SlicePublisher(
-            client, node.driver.devices, DRIVER, NODE, backoff=Backoff(initial=0.1, maximum=1)
-        )
+        await chain.scaffold(client, ns, NODE, DRIVER, cpus=128)
+        publisher = chain.publisher(client, node.driver.devices, DRIVER, NODE)
         async with trio.open_nursery() as nursery:
             await nursery.start(publisher.run)
             service = ClaimService(node.driver, DRIVER, client)

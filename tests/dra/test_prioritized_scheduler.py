@@ -26,7 +26,6 @@ naming a sub-request the claim does not have; the plugin's own check of that is 
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -36,17 +35,16 @@ import attrs
 import pytest
 import trio
 
-from nri_resmgr.backoff import Backoff
 from nri_resmgr.config.models import DraConfig
 from nri_resmgr.cpuset import CpuSet
-from nri_resmgr.dra.kubeletplugin import KubeletPlugin, SlicePublisher
+from nri_resmgr.dra.kubeletplugin import KubeletPlugin
 from nri_resmgr.dra.kubeletplugin.publisher import resource_slices
-from nri_resmgr.kube import AlreadyExists, Invalid, KubeClient
-from nri_resmgr.kube.resources import NAMESPACES, PODS, RESOURCE_CLAIMS
+from nri_resmgr.kube import Invalid, KubeClient
+from nri_resmgr.kube.resources import PODS, RESOURCE_CLAIMS
 from tests.dra import chain
 from tests.dra.claim_setup import DRIVER, NODE, Node, claim_cpus, make_node
 from tests.dra.kubelet_peer import KubeletPeer, kubelet_peer, peer_binary
-from tests.dra.scheduler import Scheduler, schedulable_node, scheduler_stack, scheduler_versions
+from tests.dra.scheduler import Scheduler, scheduler_stack, scheduler_versions
 from tests.kube.apiserver import ApiServer
 from tests.policies.workload import topology_spec
 
@@ -125,14 +123,8 @@ async def cluster(
     node = make_node(tmp_path, spec=topology_spec(dra=dra))
     async with KubeClient(stack.apiserver.config()) as client:
         ns = f"prio-{uuid.uuid4().hex[:6]}"
-        await client.create(NAMESPACES, {"metadata": {"name": ns}})
-        with contextlib.suppress(AlreadyExists):
-            await schedulable_node(client, NODE)
-        with contextlib.suppress(AlreadyExists):
-            await client.create(chain.DEVICE_CLASSES, chain.device_class(DRIVER))
-        publisher = SlicePublisher(
-            client, node.driver.devices, DRIVER, NODE, backoff=Backoff(initial=0.1, maximum=1)
-        )
+        await chain.scaffold(client, ns, NODE, DRIVER)
+        publisher = chain.publisher(client, node.driver.devices, DRIVER, NODE)
         plugin = KubeletPlugin(
             node.driver, DRIVER, client, socket_dir / "plugins", socket_dir / "registry",
             publisher=publisher, cdi_dir=node.cdi_dir,

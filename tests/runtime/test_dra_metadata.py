@@ -22,7 +22,6 @@ pinned to CPU 1 and memory node 0, which exist; no container gets a CPU above 1.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -34,9 +33,8 @@ import pytest
 import trio
 
 from nri_resmgr.dra.kubeletplugin.publisher import resource_slices
-from nri_resmgr.kube import AlreadyExists, KubeClient
+from nri_resmgr.kube import KubeClient
 from nri_resmgr.kube.resources import (
-    NAMESPACES,
     NODES,
     PODS,
     RESOURCE_CLAIMS,
@@ -47,7 +45,7 @@ from tests.dra import chain
 from tests.dra.kubelet_peer import KubeletPeer, kubelet_peer
 from tests.dra.metadata_stream import VERSIONS, attributes, newest
 from tests.dra.metadatabuild import BuildError, ensure_reader
-from tests.dra.scheduler import Scheduler, schedulable_node
+from tests.dra.scheduler import Scheduler
 from tests.dra.test_grouped_scheduler import capacity_claim, grouped_stack
 from tests.dra.test_kubelet_real import kubelet_binary, node_dirs
 from tests.instrumentation.test_cluster_process import established
@@ -109,14 +107,11 @@ async def node(
         await established(client, crd("TopologyAwarePolicy"))
         suffix = uuid.uuid4().hex[:6]
         ns, name = f"dmeta-{suffix}", f"dmeta-node-{suffix}"
-        await client.create(NAMESPACES, {"metadata": {"name": ns}})
+        await chain.scaffold(client, ns, name, DRIVER)
         spec = {"reservedResources": {"cpu": "cpuset:0"}, "dra": dra_config(request.param)}
         policy = {"apiVersion": "config.nri/v1alpha1", "kind": "TopologyAwarePolicy",
                   "metadata": {"name": "default"}, "spec": spec}  # fmt: skip
         await client.create(TOPOLOGY_AWARE_POLICIES, policy, ns)
-        await schedulable_node(client, name)
-        with contextlib.suppress(AlreadyExists):
-            await client.create(chain.DEVICE_CLASSES, chain.device_class(DRIVER))
         registry = node_dirs / "registry"
         registry.mkdir()
         args = ("--kubeconfig", str(grouped_apiserver.kubeconfig), "--config-namespace", ns,
