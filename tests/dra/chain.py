@@ -30,6 +30,7 @@ JSON = dict[str, Any]
 __all__ = [
     "DEVICE_CLASSES",
     "allocated",
+    "bound",
     "claim",
     "device_class",
     "pod",
@@ -102,6 +103,15 @@ async def allocated(client: KubeClient, ns: str, name: str, limit: float = 30.0)
             if (got.get("status") or {}).get("allocation"):
                 return got
             await trio.sleep(0.02)
+
+
+async def bound(client: KubeClient, ns: str, name: str, limit: float = 30.0) -> JSON:
+    """The pod once the scheduler has bound it to a node (after the claim's allocation and
+    reservation, in its binding cycle)."""
+    with trio.fail_after(limit):
+        while not (pod := await client.get(PODS, name, ns))["spec"].get("nodeName"):
+            await trio.sleep(0.01)
+    return pod
 
 
 async def release(client: KubeClient, ns: str, pod_name: str, claim_name: str) -> None:

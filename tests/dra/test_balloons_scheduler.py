@@ -145,9 +145,7 @@ async def submit(c: Cluster, name: str, cpus: int, balloon_type: str, where: str
 
 async def scheduled_and_prepared(c: Cluster, name: str) -> tuple[JSON, Balloon, JSON]:
     """The claim as allocated, the balloon kubelet's Prepare made for it, the bound pod."""
-    with trio.fail_after(30):
-        while not (pod := await c.client.get(PODS, name, c.ns))["spec"].get("nodeName"):
-            await trio.sleep(0.01)
+    pod = await chain.bound(c.client, c.ns, name)
     claim = await chain.allocated(c.client, c.ns, name)
     uid = claim["metadata"]["uid"]
     prepared = await c.kubelet.prepare(pod)

@@ -82,7 +82,7 @@ async def test_scheduler_allocates_one_numa_node_from_our_slice(
         await client.create(PODS, chain.pod("app", "three", 3), ns)
         try:
             got = await chain.allocated(client, ns, "three")
-            bound = await client.get(PODS, "app", ns)
+            bound = await chain.bound(client, ns, "app")
         except trio.TooSlowError:
             pytest.fail(f"no allocation; scheduler log:\n{scheduler.tail()}")
         finally:
