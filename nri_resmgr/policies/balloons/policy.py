@@ -144,19 +144,30 @@ class BalloonsPolicy(ClaimsMixin, HardwarePolicy):
                 "the classes"
             )
 
-    def _create_min_balloons(self, state: Balloons) -> None:
+    def _create_min_balloons(self, state: Balloons, strict: bool = True) -> None:
+        """The balloons each type needs (minBalloons, the one default balloon). ``strict``:
+        refuse the configuration where they do not fit; otherwise (Synchronize, where the
+        running containers hold CPUs already) make each with the CPUs that are free."""
         for t in creation_order(list(self.matcher.types)):
             if t.name == RESERVED and state.reserved and not state.of_type(t):
                 # A reserved cpuset: the reserved balloon starts as those CPUs.
                 taken = CpuSet.union_all(b.cpus for b in state.balloons)
                 state.create(t, cpus=state.reserved - taken)
             while len(state.of_type(t)) < max(t.min_balloons, 1 if t.name == DEFAULT else 0):
-                if state.create(t, count=t.min_cpus) is None:
-                    raise ConfigError(
-                        f"spec.balloonTypes: cannot create {t.min_balloons} balloons of type "
-                        f"{t.name!r} with minCPUs {t.min_cpus}: only {len(state.free())} "
-                        "CPUs are free"
-                    )
+                if state.create(t, count=t.min_cpus) is not None:
+                    continue
+                problem = (
+                    f"spec.balloonTypes: cannot create {t.min_balloons} balloons of type "
+                    f"{t.name!r} with minCPUs {t.min_cpus}: only {len(state.free())} "
+                    "CPUs are free"
+                )
+                if strict:
+                    raise ConfigError(problem)
+                free = len(state.free())
+                if not free or state.create(t, count=free) is None:
+                    log.error("%s; the running containers hold the rest", problem)
+                    break
+                log.warning("%s; made with those, the running containers hold the rest", problem)
         for b in state.balloons:
             if not b.members:
                 state.fit(b)
@@ -231,7 +242,7 @@ class BalloonsPolicy(ClaimsMixin, HardwarePolicy):
         unbound = [live for live, b in joined if b is None]
         lives = [live if b is None else attrs.evolve(live, type=b.type) for live, b in joined]
         leftovers = rebuild(state, unbound, self.matcher.by_name(DEFAULT))
-        self._create_min_balloons(state)
+        self._create_min_balloons(state, strict)
         # Containers that held CPUs were placed before the ones the runtime reports
         # unpinned (pinCPU off, or never pinned): placing those first could take the CPUs
         # the others had and leave one of them unplaceable.

@@ -157,13 +157,17 @@ class Balloons:
                 b.cpus = b.cpus - cputree.shrink(self.system, giveable, self.free(), n, opts)
         return True
 
-    def fit(self, b: Balloon) -> None:
-        if b.claim:
-            return  # exactly the claim's CPUs, whatever its members ask
+    def _target(self, b: Balloon) -> int:
         target = target_cpus(b.type, b.requested, bool(b.members))
         if b.type.name == "reserved" and b.type.min_cpus == 0:
             # Without minCPUs the reserved balloon is the reserved CPUs (at least).
             target = max(target, len(self.reserved))
+        return target
+
+    def fit(self, b: Balloon) -> None:
+        if b.claim:
+            return  # exactly the claim's CPUs, whatever its members ask
+        target = self._target(b)
         if not self.resize(b, target):
             # Grow as far as the free CPUs go rather than not at all.
             self.resize(b, len(b.cpus) + len(self.free()))
@@ -309,7 +313,17 @@ class Balloons:
             self.fit(b)
         else:
             self.remove_if_surplus(b)
+        self._grow_short_balloons()
         return b
+
+    def _grow_short_balloons(self) -> None:
+        """Balloons that got fewer CPUs than they want when CPUs were short take the ones
+        a leaving container freed (a restart, fitting every balloon, would do it anyway)."""
+        for b in self.balloons:
+            if not self.free():
+                return
+            if not b.claim and len(b.cpus) < self._target(b):
+                self.fit(b)
 
     def hold(self, cid: str, cpus: CpuSet | None, mems: CpuSet | None) -> None:
         """Record that member ``cid`` runs with ``cpus`` and ``mems`` (None: unknown, so the

@@ -132,3 +132,46 @@ def test_another_reserved_cpuset_moves_kube_system_onto_it(tmp_path: Path, how: 
     app = rt.create(guaranteed("app", 2500))
     assert len(CpuSet.parse(rt.cpus[app.id] or "")) == 3
     assert CpuSet.parse(rt.cpus[app.id] or "").isdisjoint(CpuSet.parse("0-2"))
+
+
+FOUR_CPUS = Layout(packages=1, nodes_per_die=2, cores_per_node=2, threads=1)
+"""The machine both of the next two were found on (1,500 random examples of 40 steps)."""
+
+
+def test_a_restart_makes_the_reserved_balloon_with_the_cpus_left(tmp_path: Path) -> None:
+    # Three allowed CPUs, 2000m of default containers on two of them, and the reserved
+    # balloon's only member stopped: restored, the reserved balloon is made afresh and wants
+    # 2 CPUs (reservedResources: 2) where one is free. Synchronize raised ConfigError, so
+    # the daemon could never sync with the runtime again.
+    spec = balloons_spec("2", available="exclude-cpuset:3", pin_memory=False)
+    p = BalloonsPolicy()
+    start(p, tmp_path, FOUR_CPUS, spec)
+    placed = [guaranteed(f"d{i}", 500) for i in range(4)]
+    pods = [pod for pod, _ in placed]
+    containers = [running(c, "1-2", None) for _, c in placed]
+    assert p.synchronize(pods, containers) == []
+    balloons = {b.name: str(b.cpus) for b in p.state.balloons}
+    assert balloons == {"reserved[0]": "0", "default[0]": "1-2"}
+
+
+def test_a_reserved_balloon_short_of_cpus_takes_those_a_leaving_container_frees(
+    tmp_path: Path,
+) -> None:
+    # reservedResources grew to 2 CPUs while default containers held the others: the
+    # reserved balloon got one. When a default container left, it stayed at one, and a
+    # restart (fitting every balloon) then moved its member.
+    p = BalloonsPolicy()
+    spec = balloons_spec("750m", available="exclude-cpuset:3", pin_memory=False)
+    start(p, tmp_path, FOUR_CPUS, spec)
+    rt = Runtime(p)
+    ks = rt.create(guaranteed("ks", 250, namespace="kube-system"))
+    rt.create(guaranteed("d1", 1000))
+    d2 = rt.create(guaranteed("d2", 1000))
+    rt.apply(p.reconfigure(balloons_spec("2", available="exclude-cpuset:3", pin_memory=False)))
+    assert len(CpuSet.parse(rt.cpus[ks.id] or "")) == 1
+    rt.remove(d2)
+    assert len(CpuSet.parse(rt.cpus[ks.id] or "")) == 2
+    fresh = BalloonsPolicy()
+    start(fresh, tmp_path, FOUR_CPUS, balloons_spec("2", available="exclude-cpuset:3",
+                                                    pin_memory=False))  # fmt: skip
+    assert fresh.synchronize(*rt.reported()) == []
