@@ -16,7 +16,7 @@ from nri_resmgr.cpus.errors import PlacementError
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.errors import ConfigError
 from nri_resmgr.instrumentation.exports import PolicyGauge, TopologyZone
-from nri_resmgr.policies.balloons import cpuclasses, exports
+from nri_resmgr.policies.balloons import cpuclasses, exports, fill
 from nri_resmgr.policies.balloons.balloon import Balloon
 from nri_resmgr.policies.balloons.claiming import ClaimsMixin
 from nri_resmgr.policies.balloons.devices import close_cpus
@@ -35,11 +35,9 @@ from nri_resmgr.policies.balloons.restore import Live, rebuild
 from nri_resmgr.policies.balloons.state import Balloons
 from nri_resmgr.policies.balloons.types import (
     DEFAULT,
-    RESERVED,
     BalloonsError,
     Matcher,
     balloon_types,
-    creation_order,
 )
 from nri_resmgr.policies.constraints import allowed_cpus, reserved_cpus
 from nri_resmgr.policies.hardware import HardwarePolicy, reported_cpuset
@@ -92,7 +90,7 @@ class BalloonsPolicy(ClaimsMixin, HardwarePolicy):
     def setup(self, spec: PolicySpec, env: PolicyEnv) -> None:
         super().setup(spec, env)
         self._state, self._matcher = self._build(spec)
-        self._create_min_balloons(self._state)
+        fill.create_min_balloons(self._state, self.matcher.types)
         self._classes = cpuclasses.freq_classes(self._state.spec)
         self._after_decision()
 
@@ -143,34 +141,6 @@ class BalloonsPolicy(ClaimsMixin, HardwarePolicy):
                 "writable (the charts do when config.control.cpu.classes is set) or remove "
                 "the classes"
             )
-
-    def _create_min_balloons(self, state: Balloons, strict: bool = True) -> None:
-        """The balloons each type needs (minBalloons, the one default balloon). ``strict``:
-        refuse the configuration where they do not fit; otherwise (Synchronize, where the
-        running containers hold CPUs already) make each with the CPUs that are free."""
-        for t in creation_order(list(self.matcher.types)):
-            if t.name == RESERVED and state.reserved and not state.of_type(t):
-                # A reserved cpuset: the reserved balloon starts as those CPUs.
-                taken = CpuSet.union_all(b.cpus for b in state.balloons)
-                state.create(t, cpus=state.reserved - taken)
-            while len(state.of_type(t)) < max(t.min_balloons, 1 if t.name == DEFAULT else 0):
-                if state.create(t, count=t.min_cpus) is not None:
-                    continue
-                problem = (
-                    f"spec.balloonTypes: cannot create {t.min_balloons} balloons of type "
-                    f"{t.name!r} with minCPUs {t.min_cpus}: only {len(state.free())} "
-                    "CPUs are free"
-                )
-                if strict:
-                    raise ConfigError(problem)
-                free = len(state.free())
-                if not free or state.create(t, count=free) is None:
-                    log.error("%s; the running containers hold the rest", problem)
-                    break
-                log.warning("%s; made with those, the running containers hold the rest", problem)
-        for b in state.balloons:
-            if not b.members:
-                state.fit(b)
 
     def reconfigure(self, spec: PolicySpec) -> list[Update]:
         state, matcher = self._build(spec)
@@ -242,7 +212,7 @@ class BalloonsPolicy(ClaimsMixin, HardwarePolicy):
         unbound = [live for live, b in joined if b is None]
         lives = [live if b is None else attrs.evolve(live, type=b.type) for live, b in joined]
         leftovers = rebuild(state, unbound, self.matcher.by_name(DEFAULT))
-        self._create_min_balloons(state, strict)
+        fill.create_min_balloons(state, self.matcher.types, strict)
         # Containers that held CPUs were placed before the ones the runtime reports
         # unpinned (pinCPU off, or never pinned): placing those first could take the CPUs
         # the others had and leave one of them unplaceable.
@@ -319,7 +289,7 @@ class BalloonsPolicy(ClaimsMixin, HardwarePolicy):
         state = self.state
         ns = live.pod.namespace
         group = self._group(live)
-        b = state.choose(live.type, live.pod.id, ns, live.request, group)
+        b = fill.choose(state, live.type, live.pod.id, ns, live.request, group)
         if b is None:
             raise BalloonsError(
                 f"balloon allocation for container {live.name} failed: no suitable balloon "

@@ -119,7 +119,7 @@ def _off_the_reserved_cpus(state: Balloons, live: Live) -> bool:
 
 
 def _never_fits(t: BalloonType, request: int) -> bool:
-    # The same refusal as Balloons._new_balloon and choose (maxCPUs < 0: never a member).
+    # The same refusal as fill.choose and fill._new_balloon (maxCPUs < 0: never a member).
     return t.max_cpus < 0 or (t.max_cpus > 0 and math.ceil(max(1, request) / 1000) > t.max_cpus)
 
 

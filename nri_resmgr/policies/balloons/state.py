@@ -1,11 +1,11 @@
-"""Balloon instances: creation, inflation and deflation, the fill chain that picks a balloon
-for a container, and the cpusets that follow from them."""
+"""Balloon instances: creation, inflation and deflation, their members, and the cpusets that
+follow from them (the fill chain that picks a balloon for a container is ``fill``)."""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -216,69 +216,6 @@ class Balloons:
             self.balloons.remove(b)
         else:
             self.resize(b, b.type.min_cpus)
-
-    # -- the fill chain -------------------------------------------------------------------
-
-    def choose(
-        self, t: BalloonType, pod_id: str, namespace: str, request: int, group: str | None = None
-    ) -> Balloon | None:
-        if t.max_cpus < 0:
-            return None
-        mine = self.of_type(t)
-        free = len(self.free())
-
-        def room(b: Balloon, inflate: bool) -> int:
-            cap = len(b.cpus) + (free if inflate else 0)
-            cap = min(cap, t.max_cpus) if t.max_cpus > 0 else cap
-            return cap * 1000 - b.requested
-
-        def best(cands: list[Balloon], inflate: bool) -> Balloon | None:
-            fitting = [b for b in cands if room(b, inflate) >= request]
-            if not fitting:
-                return None
-            return max(fitting, key=lambda b: (room(b, inflate), -len(b.members), -b.index))
-
-        def new() -> Balloon | None:
-            return self._new_balloon(t, request)
-
-        def same_group() -> Balloon | None:
-            cands = [b for b in mine if group in b.groups.values() and room(b, True) >= request]
-            return best(cands, False) or best(cands, True)
-
-        def same_pod() -> Balloon | None:
-            return best([b for b in mine if pod_id in b.pods.values()], True)
-
-        def same_namespace() -> Balloon | None:
-            return best([b for b in mine if namespace in b.namespaces.values()], True)
-
-        chain: list[Callable[[], Balloon | None]] = []
-        if group is not None:
-            chain.append(same_group)
-        if not t.prefer_spreading_pods:
-            chain.append(same_pod)
-        if t.prefer_per_namespace_balloon:
-            chain += [same_namespace, new]
-        balanced = [lambda: best(mine, False), lambda: best(mine, True)]
-        chain += [new, *balanced] if t.prefer_new_balloons else [*balanced, new]
-        for method in chain:
-            b = method()
-            if b is not None:
-                return b
-        return None
-
-    def _new_balloon(self, t: BalloonType, request: int) -> Balloon | None:
-        need = target_cpus(t, request, True)
-        if t.max_cpus > 0 and math.ceil(max(1, request) / 1000) > t.max_cpus:
-            return None
-        empty = [b for b in self.of_type(t) if not b.members]
-        if empty:
-            b = empty[0]
-            return b if len(b.cpus) + len(self.free()) >= need else None
-        if t.max_balloons > 0 and self.instances_of(t) >= t.max_balloons:
-            return None
-        if len(self.free()) < need:
-            return None
-        return self.create(t)
 
     # -- members --------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import pytest
 from nri_resmgr.config.models import BalloonsSpec, BalloonType
 from nri_resmgr.cpuset import CpuSet
 from nri_resmgr.policies.allocations import Allocation, Kind
+from nri_resmgr.policies.balloons import fill
 from nri_resmgr.policies.balloons.state import Balloons, target_cpus
 from nri_resmgr.sysfs import System, discover
 from tests.sysfs.fakesys import N4C16, write_sysfs
@@ -174,11 +175,11 @@ def test_choose_ranks_by_room_without_then_with_inflation(system: System) -> Non
     for b, cid, req in ((b0, "x", 1400), (b1, "y", 500)):
         b.members[cid], b.pods[cid], b.groups[cid] = req, f"pod-{cid}", "g"
     # Fits both as they are: the most room as they are wins (not the most after growing).
-    assert state.choose(t, "pod-new", "ns", 400) is b0
-    assert state.choose(t, "pod-new", "ns", 400, group="g") is b0
+    assert fill.choose(state, t, "pod-new", "ns", 400) is b0
+    assert fill.choose(state, t, "pod-new", "ns", 400, group="g") is b0
     # Fits only by growing: the most room once grown wins.
-    assert state.choose(t, "pod-new", "ns", 1000) is b1
-    assert state.choose(t, "pod-new", "ns", 1000, group="g") is b1
+    assert fill.choose(state, t, "pod-new", "ns", 1000) is b1
+    assert fill.choose(state, t, "pod-new", "ns", 1000, group="g") is b1
 
 
 @pytest.mark.parametrize("reserved", ["0", "5", "15"])
