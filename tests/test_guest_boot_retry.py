@@ -1,5 +1,7 @@
 """The real node's guest boot (``tests/node/guest.py``) without a guest: a kernel whose console
-stays empty is given up on after ``SILENT_BOOT`` seconds, and booted once more."""
+stays empty is given up on after ``SILENT_BOOT`` seconds, and booted once more; a kernel whose
+console reports a CPU stuck for ``HUNG_KERNEL`` seconds is given up on at once, and the node
+session made on another guest."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from typing import Any
 import pytest
 
 from tests.node import guest as guest_module
-from tests.node.guest import Guest, SilentKernel
+from tests.node import session as session_module
+from tests.node.guest import Guest, HungKernel, SilentKernel
 
 
 def silent_guest(workdir: Path, console: str) -> Guest:
@@ -87,3 +90,45 @@ def test_a_silent_kernel_is_booted_once_more_and_then_given_up(
     with pytest.raises(SilentKernel):
         Guest.start(Any, tmp_path, image)  # type: ignore[arg-type]
     assert attempts == [1, 1]
+
+
+LOCKUP = "[  77.230407] watchdog: BUG: soft lockup - CPU#1 stuck for {}s! [runc:592]\n"
+
+
+def test_a_short_soft_lockup_is_load_and_a_long_one_a_hung_kernel(tmp_path: Path) -> None:
+    g = silent_guest(tmp_path, LOCKUP.format(26))
+    try:
+        g.check_kernel("cri")  # a CPU late by 26 s under TCG: slow, not hung
+        assert not g.hung
+        with (tmp_path / "console.log").open("a") as console:
+            console.write(LOCKUP.format(626))
+        with pytest.raises(HungKernel, match="stuck for 626s"):
+            g.check_kernel("cri")
+        assert g.hung
+        with pytest.raises(HungKernel, match="locked up"):
+            g.request_many([{"op": "ping"}], timeout=5)  # nothing more is asked of it
+    finally:
+        g.proc.kill()
+        g.proc.wait()
+
+
+def test_a_node_whose_guest_hangs_while_it_is_made_is_made_on_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    workdirs: list[Path] = []
+    made = object()
+
+    def node_session(topology: Any, name: str, workdir: Path) -> object:
+        workdirs.append(workdir)
+        if len(workdirs) == 1:
+            raise HungKernel("the guest's kernel reports a CPU stuck for 626s")
+        return made
+
+    monkeypatch.setattr(session_module, "NodeSession", node_session)
+    try:
+        assert session_module.Nodes._start(Any, "n4c16") is made  # type: ignore[arg-type]
+        assert len(workdirs) == 2 and not workdirs[0].exists()
+    finally:
+        for w in workdirs:
+            if w.exists():
+                w.rmdir()

@@ -21,6 +21,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -48,6 +49,10 @@ BOOT_TIMEOUT = 900.0
 SILENT_BOOT = 300.0
 BOOT_ATTEMPTS = 2
 COMMAND_TIMEOUT = 600.0
+HUNG_KERNEL = 120
+"""A CPU the guest kernel reports stuck this long (its soft-lockup watchdog): the guest is
+hung, not slow (a 16-vCPU TCG guest locked up on every CPU once, 7 Dec 2026)."""
+_LOCKUP = re.compile(rb"soft lockup - CPU#\d+ stuck for (\d+)s!")
 CGROUP = "/sys/fs/cgroup"
 
 
@@ -57,6 +62,10 @@ class GuestError(RuntimeError):
 
 class SilentKernel(GuestError):
     """The guest's console stayed empty for ``SILENT_BOOT`` seconds."""
+
+
+class HungKernel(GuestError):
+    """The guest's kernel reported a CPU stuck for ``HUNG_KERNEL`` seconds or more."""
 
 
 @attrs.frozen
@@ -89,6 +98,9 @@ class Guest:
         self._ids = itertools.count(1)
         self._copies = itertools.count(1)
         self.boot_seconds = 0.0
+        self.hung = False
+        """Set once the kernel reported a lockup: nothing more is asked of this guest."""
+        self._console_size = 0
 
     # -- boot and shutdown ----------------------------------------------------------------
 
@@ -115,7 +127,7 @@ class Guest:
         for _ in range(BOOT_ATTEMPTS - 1):
             try:
                 return cls._boot_once(topology, workdir, image, share)
-            except SilentKernel as e:
+            except (SilentKernel, HungKernel) as e:
                 print(f"{e}; booting the guest again", file=sys.stderr)
         return cls._boot_once(topology, workdir, image, share)
 
@@ -160,8 +172,27 @@ class Guest:
                 self.request({"op": "ping"}, timeout=5)
                 return
 
+    def check_kernel(self, op: object = None) -> None:
+        """Raise HungKernel if the console says a CPU has been stuck ``HUNG_KERNEL`` s."""
+        if self.hung:
+            raise HungKernel(f"the guest's kernel is locked up ({op} not sent)")
+        try:
+            size = self.console.stat().st_size
+        except FileNotFoundError:
+            return
+        if size == self._console_size:
+            return
+        self._console_size = size
+        stuck = [int(n) for n in _LOCKUP.findall(self.console.read_bytes())]
+        if stuck and max(stuck) >= HUNG_KERNEL:
+            self.hung = True
+            raise HungKernel(f"the guest's kernel reports a CPU stuck for {max(stuck)}s "
+                             f"(waiting for {op}):\n{self.diagnostics(12)}")  # fmt: skip
+
     def shutdown(self, timeout: float = 120) -> None:
-        """Power the guest off; kill qemu if it does not go."""
+        """Power the guest off; kill qemu if it does not go (at once if the kernel hung)."""
+        if self.hung:
+            timeout = 0
         if self.proc.poll() is None:
             with contextlib.suppress(OSError, GuestError):
                 self._send({"op": "poweroff", "seq": 0})
@@ -200,6 +231,7 @@ class Guest:
     ) -> list[dict[str, Any]]:
         """Send every request at once (the agent answers each in a thread of its own) and
         return the replies in the requests' order."""
+        self.check_kernel(reqs[0].get("op") if reqs else None)
         seqs = [next(self._ids) for _ in reqs]
         for seq, req in zip(seqs, reqs, strict=True):
             self._send({**req, "seq": seq})
@@ -225,6 +257,7 @@ class Guest:
             raise TimeoutError(f"the guest agent did not answer {op} in {timeout}s")
         if self.proc.poll() is not None:
             raise GuestError(f"qemu exited {self.proc.returncode}:\n{self.diagnostics()}")
+        self.check_kernel(op)
         self._sock.settimeout(min(left, 1.0))
         try:
             chunk = self._sock.recv(1 << 20)

@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import statistics
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 from nri_resmgr.sim.synthetic import Layout
 from tests.node.cri import container_config, sandbox_config
-from tests.node.guest import Guest
+from tests.node.guest import Guest, HungKernel
 from tests.node.node import Node
 from tests.node.pods import Pods, kube_pod
 from tests.node.replay import GuestRuntime, policy_document
@@ -139,17 +140,31 @@ class Nodes:
         self.closed: list[tuple[str, int, dict[str, list[float]]]] = []
 
     def get(self, topology: VmTopology, name: str) -> NodeSession:
-        if self.current is not None and self.current.topology == topology:
-            return self.current
+        current = self.current
+        if current is not None and current.topology == topology and not current.guest.hung:
+            return current
         self.close()
-        workdir = Path(f"/tmp/nrn-{secrets.token_hex(3)}")
-        workdir.mkdir()
         started = time.monotonic()
-        self.current = NodeSession(topology, name, workdir)
+        self.current = self._start(topology, name)
         timings = self.current.node.timings
         timings["boot to agent"] = [self.current.guest.boot_seconds]
         timings["node ready"] = [time.monotonic() - started]
         return self.current
+
+    @staticmethod
+    def _start(topology: VmTopology, name: str) -> NodeSession:
+        """A node session on a fresh guest; on another one if the first one's kernel locks
+        up while the node is made (TCG, rarely: no test has used it yet)."""
+        workdir = Path(f"/tmp/nrn-{secrets.token_hex(3)}")
+        workdir.mkdir()
+        try:
+            return NodeSession(topology, name, workdir)
+        except HungKernel as e:
+            print(f"{e}\nthe {name} guest hung; starting another", file=sys.stderr)
+            shutil.rmtree(workdir, ignore_errors=True)
+        workdir = Path(f"/tmp/nrn-{secrets.token_hex(3)}")
+        workdir.mkdir()
+        return NodeSession(topology, name, workdir)
 
     def close(self) -> None:
         if self.current is not None:
