@@ -155,16 +155,13 @@ class Nodes:
     def _start(topology: VmTopology, name: str) -> NodeSession:
         """A node session on a fresh guest; on another one if the first one's kernel locks
         up while the node is made (TCG, rarely: no test has used it yet)."""
-        workdir = Path(f"/tmp/nrn-{secrets.token_hex(3)}")
-        workdir.mkdir()
+        workdir = _new_workdir()
         try:
             return NodeSession(topology, name, workdir)
         except HungKernel as e:
             print(f"{e}\nthe {name} guest hung; starting another", file=sys.stderr)
             shutil.rmtree(workdir, ignore_errors=True)
-        workdir = Path(f"/tmp/nrn-{secrets.token_hex(3)}")
-        workdir.mkdir()
-        return NodeSession(topology, name, workdir)
+        return NodeSession(topology, name, _new_workdir())
 
     def close(self) -> None:
         if self.current is not None:
@@ -184,3 +181,10 @@ class Nodes:
                               for what, t in timings.items())  # fmt: skip
             lines.append(f"node {name}: qemu peak RSS {peak / (1 << 20):.0f} MiB; {steps}")
         return lines
+
+
+def _new_workdir() -> Path:
+    """A fresh, short directory for one guest (unix socket paths are limited to 108 bytes)."""
+    workdir = Path(f"/tmp/nrn-{secrets.token_hex(3)}")
+    workdir.mkdir()
+    return workdir

@@ -32,14 +32,13 @@ def create_min_balloons(state: Balloons, types: Sequence[BalloonType], strict: b
         while len(state.of_type(t)) < max(t.min_balloons, 1 if t.name == DEFAULT else 0):
             if state.create(t, count=t.min_cpus) is not None:
                 continue
+            free = len(state.free())
             problem = (
                 f"spec.balloonTypes: cannot create {t.min_balloons} balloons of type "
-                f"{t.name!r} with minCPUs {t.min_cpus}: only {len(state.free())} "
-                "CPUs are free"
+                f"{t.name!r} with minCPUs {t.min_cpus}: only {free} CPUs are free"
             )
             if strict:
                 raise ConfigError(problem)
-            free = len(state.free())
             if not free or state.create(t, count=free) is None:
                 log.error("%s; the running containers hold the rest", problem)
                 break
